@@ -1,0 +1,40 @@
+"""DP against DDP communication volume as the number of GPUs grows."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
+
+from dpcost.core import ddp_communication_volume, dp_communication_volume
+from dpcost.plots import style
+
+
+def volume_vs_gpus(model_size_bytes: float, gpu_counts=range(1, 33), mark_gpus: int | None = None):
+    """Line figure: DP's 2(n-1)P through GPU0 and DDP's 2(n-1)/n P per rank, in GB, against n.
+
+    Returns (figure, data) where data maps "gpus", "dp_bytes" and "ddp_bytes" to lists, so that
+    callers and tests can check exactly what was drawn.
+    """
+    style.apply()
+    gpus = list(gpu_counts)
+    dp = [dp_communication_volume(model_size_bytes, n) for n in gpus]
+    ddp = [ddp_communication_volume(model_size_bytes, n) for n in gpus]
+    fig, ax = plt.subplots()
+    ax.plot(gpus, [b / 1e9 for b in dp], "o-", color=style.DP_COLOR, ms=4,
+            label="DataParallel: through GPU0's link, 2(n-1)P")
+    ax.plot(gpus, [b / 1e9 for b in ddp], "s-", color=style.DDP_COLOR, ms=4,
+            label="DDP: sent by each rank, 2(n-1)/n P")
+    ax.axhline(2 * model_size_bytes / 1e9, color=style.DDP_COLOR, ls=":", lw=1.5,
+               label="DDP's limit as n grows: 2P")
+    if mark_gpus is not None and mark_gpus in gpus:
+        i = gpus.index(mark_gpus)
+        ax.annotate(f"n = {mark_gpus}: {dp[i] / ddp[i]:g}x", (mark_gpus, dp[i] / 1e9),
+                    xytext=(-120, 10), textcoords="offset points",
+                    arrowprops={"arrowstyle": "->"})
+    ax.set_title(f"Communication per training step, model of {model_size_bytes / 1e9:g} GB")
+    ax.set_xlabel("number of GPUs, n")
+    ax.set_ylabel("bytes per step (GB, decimal)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig, {"gpus": gpus, "dp_bytes": dp, "ddp_bytes": ddp}
