@@ -3,8 +3,9 @@
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ["torch", "sympy", "matplotlib", "ipywidgets", "numpy"]
