@@ -42,8 +42,9 @@ def parse_size(text: str) -> float:
     return value
 
 
-def format_bytes(num_bytes: float, binary: bool = False, digits: int = 2) -> str:
-    """A byte count in the largest unit that keeps the number >= 1: "2.62 GB" or "2.44 GiB"."""
+def format_bytes(num_bytes: float, binary: bool = False, digits: int = 4) -> str:
+    """A byte count in the largest unit that keeps the number >= 1, to `digits` significant
+    digits: 2.625e9 -> "2.625 GB", 21e9 -> "21 GB", 3 * 2**30 with binary=True -> "3 GiB"."""
     if not math.isfinite(num_bytes):
         return f"{num_bytes} B"
     base = 1024 if binary else 1000
@@ -55,4 +56,4 @@ def format_bytes(num_bytes: float, binary: bool = False, digits: int = 2) -> str
         index += 1
     if index == 0:
         return f"{value:.0f} B"
-    return f"{value:.{digits}f} {names[index]}"
+    return f"{value:.{digits}g} {names[index]}"

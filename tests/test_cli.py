@@ -15,8 +15,8 @@ def run(*args):
 def test_known_case_text():
     result = run("--model-size", "1.5GB", "--gpus", "8")
     assert result.returncode == 0, result.stderr
-    assert "21.00 GB" in result.stdout  # DP: 2 * 7 * 1.5 GB
-    assert "2.62 GB" in result.stdout  # DDP: 2 * 7 / 8 * 1.5 GB = 2.625 GB
+    assert "21 GB" in result.stdout  # DP: 2 * 7 * 1.5 GB
+    assert "2.625 GB" in result.stdout  # DDP: 2 * 7 / 8 * 1.5 GB = 2.625 GB
     assert "8x" in result.stdout
 
 

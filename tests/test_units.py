@@ -27,8 +27,9 @@ def test_parse_size_wants_a_string():
 
 
 @pytest.mark.parametrize("value, binary, expected", [
-    (0, False, "0 B"), (999, False, "999 B"), (1000, False, "1.00 kB"), (2.625e9, False, "2.62 GB"),
-    (21e9, False, "21.00 GB"), (1024, True, "1.00 KiB"), (3 * 2**30, True, "3.00 GiB"),
+    (0, False, "0 B"), (999, False, "999 B"), (1000, False, "1 kB"), (2.625e9, False, "2.625 GB"),
+    (21e9, False, "21 GB"), (1024, True, "1 KiB"), (3 * 2**30, True, "3 GiB"),
+    (93e9, False, "93 GB"), (2.90625e9, False, "2.906 GB"), (1.5e9, True, "1.397 GiB"),
 ])
 def test_format_bytes(value, binary, expected):
     assert format_bytes(value, binary=binary) == expected

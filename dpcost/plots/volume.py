@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from dpcost.core import ddp_communication_volume, dp_communication_volume
@@ -19,7 +19,8 @@ def volume_vs_gpus(model_size_bytes: float, gpu_counts=range(1, 33), mark_gpus: 
     gpus = list(gpu_counts)
     dp = [dp_communication_volume(model_size_bytes, n) for n in gpus]
     ddp = [ddp_communication_volume(model_size_bytes, n) for n in gpus]
-    fig, ax = plt.subplots()
+    fig = Figure()  # not pyplot-managed: shown once, where the caller displays it
+    ax = fig.subplots()
     ax.plot(gpus, [b / 1e9 for b in dp], "o-", color=style.DP_COLOR, ms=4,
             label="DataParallel: through GPU0's link, 2(n-1)P")
     ax.plot(gpus, [b / 1e9 for b in ddp], "s-", color=style.DDP_COLOR, ms=4,
