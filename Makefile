@@ -20,11 +20,11 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 test: $(STAMP) browser
-	$(PY) -m ruff check dpcost tests benchmarks
+	$(PY) -m ruff check .
 	$(PY) -m pytest tests notebooks $(NBVAL)
 
 lint: $(STAMP)
-	$(PY) -m ruff check dpcost tests benchmarks
+	$(PY) -m ruff check .
 
 unit: $(STAMP)
 	$(PY) -m pytest tests

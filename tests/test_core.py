@@ -136,14 +136,16 @@ def test_package_exports_exactly_the_five():
 
 # Property-based checks (hypothesis).
 sizes = st.one_of(st.integers(min_value=0, max_value=10**15),
-                  st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False))
+                  st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False,
+                            allow_subnormal=False))
 gpu_counts = st.integers(min_value=2, max_value=100_000)
 
 
 @given(sizes, gpu_counts)
 def test_dp_is_n_times_ddp(size, n):
+    # abs_tol: sizes below a byte may be subnormal floats, where relative rounding is coarse.
     assert math.isclose(dp_communication_volume(size, n), n * ddp_communication_volume(size, n),
-                        rel_tol=1e-12)
+                        rel_tol=1e-12, abs_tol=1e-9)
 
 
 @given(sizes, sizes, st.integers(min_value=-10, max_value=10**6))
@@ -163,7 +165,7 @@ def test_dp_volume_linear_in_n(size, n):
     step = dp_communication_volume(size, n + 1) - dp_communication_volume(size, n)
     assert math.isclose(step, 2 * size, rel_tol=1e-9, abs_tol=1e-6)
     assert math.isclose(dp_communication_volume(size, n), (n - 1) * dp_communication_volume(
-        size, 2), rel_tol=1e-12)
+        size, 2), rel_tol=1e-12, abs_tol=1e-9)
 
 
 def test_huge_values_saturate_to_inf_not_crash():
