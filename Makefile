@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev,slides]"
 	touch $@
 
+# JupyterLab refuses to run as root without --allow-root (containers, CI); add it only there.
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) notebooks/
 
 test: $(STAMP) browser
 	$(PY) -m ruff check .
