@@ -1,0 +1,89 @@
+"""What each GPU holds under DP and DDP: stacked bars per component, and GPU0's ratio."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from dpcost.memory import COMPONENTS, gpu0_memory_ratio, memory_per_gpu, total_bytes
+from dpcost.plots import style
+
+# One color per component, the same in every figure.
+COMPONENT_COLORS = {
+    "parameters": "#7f8c8d",
+    "gradients": "#bdc3c7",
+    "optimizer state": "#8e44ad",
+    "activations": "#f1c40f",
+    "outputs": "#e67e22",
+    "loss and output grads": "#d35400",
+}
+GPU_LABELS = {"dp_gpu0": "DP\nGPU0", "dp_other": "DP\nother", "ddp_rank": "DDP\nrank"}
+
+
+def memory_stacked_bars(model, configs, optimizer: str = "adam", dtype: str = "fp32"):
+    """Stacked bars in GB (decimal): DP GPU0, DP other GPU, DDP rank for each (n, batch) config.
+
+    ``configs`` is a list of (num_gpus, global batch size). Returns (figure, data); data maps
+    "configs" to the list given and "memory" to one ``memory_per_gpu`` result per config, so
+    callers and tests can check exactly what was drawn.
+    """
+    style.apply()
+    configs = [(int(n), int(b)) for n, b in configs]
+    memory = [memory_per_gpu(model, n, b, optimizer, dtype) for n, b in configs]
+    fig, ax = plt.subplots(figsize=(max(10.0, 3.2 * len(configs)), 6.2))
+    width, ticks, labels = 0.8, [], []
+    tallest = max(total_bytes(gpu) for mem in memory for gpu in mem.values()) / 1e9
+    for i, ((n, b), mem) in enumerate(zip(configs, memory, strict=True)):
+        for j, gpu in enumerate(GPU_LABELS):
+            x = 4 * i + j
+            bottom = 0.0
+            for component in COMPONENTS:
+                height = mem[gpu][component] / 1e9
+                ax.bar(x, height, width, bottom=bottom, color=COMPONENT_COLORS[component],
+                       edgecolor="white", linewidth=0.5,
+                       label=component if (i, j) == (0, 0) else None)
+                bottom += height
+            edge = style.DDP_COLOR if gpu == "ddp_rank" else style.DP_COLOR
+            ax.bar(x, bottom, width, fill=False, edgecolor=edge, linewidth=2)
+            ax.text(x, bottom + 0.01 * tallest, f"{bottom:.3g}", ha="center", va="bottom",
+                    fontsize=11)
+            ticks.append(x)
+            labels.append(GPU_LABELS[gpu])
+        ratio = gpu0_memory_ratio(model, n, b, optimizer, dtype)
+        ax.text(4 * i + 1, -0.2 * tallest, f"n = {n}, batch {b}\nGPU0 / DDP = {ratio:.2f}x",
+                ha="center", va="top", fontsize=12)
+    ax.set_xticks(ticks, labels)
+    ax.set_ylim(0, 1.12 * tallest)
+    ax.set_ylabel("bytes held during one step (GB, decimal)")
+    ax.set_title(f"{model.name}: memory per GPU, {dtype}, {optimizer} (bar top: total GB)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), title="component")
+    ax.grid(axis="x", visible=False)
+    fig.tight_layout()
+    return fig, {"configs": configs, "memory": memory}
+
+
+def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128, 256, 512),
+                   optimizer: str = "adam", dtype: str = "fp32"):
+    """Lines: total(DP GPU0) / total(DDP rank) against the global batch, one line per n.
+
+    Dotted lines mark the seed's n x. Returns (figure, data) with "batch_sizes" and "ratios"
+    (a dict n -> list of ratios, one per batch size).
+    """
+    style.apply()
+    batches = [int(b) for b in batch_sizes]
+    ratios = {int(n): [gpu0_memory_ratio(model, int(n), b, optimizer, dtype) for b in batches]
+              for n in gpu_counts}
+    fig, ax = plt.subplots()
+    shades = plt.get_cmap("Reds")
+    for k, (n, values) in enumerate(ratios.items()):
+        color = shades(0.45 + 0.5 * k / max(1, len(ratios) - 1))
+        ax.plot(batches, values, "o-", color=color, label=f"n = {n}: DP GPU0 / DDP rank")
+        ax.axhline(n, color=color, ls=":", lw=1.5)
+    ax.axhline(1, color=style.DDP_COLOR, lw=1.5, label="DDP: every rank the same (1x)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.set_xlabel("global batch size (samples)")
+    ax.set_ylabel("GPU0's memory / a DDP rank's (x)")
+    ax.set_title(f"{model.name}: GPU0's extra memory under DP (dotted: the seed's n x)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig, {"batch_sizes": batches, "ratios": ratios}

@@ -1,0 +1,285 @@
+"""Real models and interconnects, each number with its source.
+
+Every figure here is nominal: parameter counts are exact (recomputed from each model's published
+config in ``tests/test_presets.py``), but activation sizes are estimates from a formula, and
+bandwidths and latencies are the vendors' nominal or typical published figures, not measurements.
+Pure Python on purpose, so the explorer and the notebooks can import it cheaply.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+__all__ = [
+    "DTYPE_BYTES",
+    "ModelPreset",
+    "MODELS",
+    "custom_model",
+    "InterconnectPreset",
+    "INTERCONNECTS",
+    "transformer_activation_bytes_per_sample",
+    "resnet50_activation_bytes_per_sample",
+]
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A model as the memory model sees it: parameters, outputs and activations per sample."""
+
+    name: str
+    parameters: int  # parameter count
+    source: str  # where the count comes from (paper, model card, torchvision docs)
+    kind: str  # "vision" | "language"
+    output_elements_per_sample: int  # ResNet-50: 1000 logits; GPT-2 small: seq_len * 50257
+    activation_bytes_per_sample: float  # fp32 activations kept for backward, per sample (estimate)
+    default_batch_size: int
+
+
+@dataclass(frozen=True)
+class InterconnectPreset:
+    """A link between GPUs or nodes: nominal bandwidth per direction and per-message latency."""
+
+    name: str
+    bandwidth_bytes_per_s: float  # per direction
+    latency_s: float  # per message
+    source: str
+
+
+# --- activation estimates -------------------------------------------------------------------
+
+
+def transformer_activation_bytes_per_sample(seq_len: int, hidden: int, heads: int,
+                                            layers: int) -> float:
+    """fp32 activations a transformer keeps for backward, per sample: ``L * s*h*(66 + 9*a*s/h)``.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+    (arXiv:2205.05198), Sec. 4.1, count ``s*b*h*(34 + 5*a*s/h)`` bytes per layer with 16-bit
+    activations and 1-byte dropout masks: 11sbh + 5as^2b (attention), 19sbh (MLP), 4sbh (two
+    layer norms). Of the 34, 2 are masks (after attention and after the MLP) and of the 5, 1 is
+    the attention-dropout mask; the rest are 2-byte elements. In fp32 the elements double and
+    the masks stay 1 byte (bool, as CUDA's fused dropout keeps them; CPU's ``F.dropout`` keeps
+    a 4-byte float mask): (32*2 + 2) sbh + (4*2 + 1) as^2 b = 66 sbh + 9 as^2 b. It assumes
+    eager attention (the s x s scores are stored; FlashAttention removes the 9*a*s/h term) and
+    leaves out the embeddings, the final layer norm and the logits (the memory model counts
+    those as outputs). An estimate, used for every transformer preset, Llama-2 included
+    (its SwiGLU MLP, RMSNorm and absence of dropout make its true figure differ somewhat).
+    """
+    s, h, a = seq_len, hidden, heads
+    return float(layers * s * h * (66 + 9 * a * s / h))
+
+
+# ResNet-50 (torchvision's v1.5: stride on the 3x3 conv): (width, blocks, first stride) per stage.
+_RESNET50_STAGES = [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]
+
+
+def _halve(side: int) -> int:
+    """Output side of ResNet's stride-2 layers: floor((side + 2*pad - kernel) / 2) + 1."""
+    return (side - 1) // 2 + 1  # 7x7 pad 3, 3x3 pad 1 and 1x1 pad 0 all give this
+
+
+def resnet50_activation_bytes_per_sample(image_size: int = 224) -> float:
+    """fp32 bytes ResNet-50 keeps for backward per image, counted from its feature-map sizes.
+
+    Counts the distinct tensors autograd saves in torchvision's ``resnet50`` (ReLUs in place):
+    the input image (saved by the first conv), every conv's output (saved by its BatchNorm),
+    every ReLU's output (saved by the ReLU and the next conv or pool), the max-pool's int64
+    indices, and the pooled 2048 features (saved by the fc layer). ``tests/test_presets.py``
+    checks this count against the tensors torch really saves. An estimate of live activations:
+    cuDNN workspaces and temporaries are left out.
+    """
+    elements = 3 * image_size * image_size  # the image, saved by conv1
+    side = _halve(image_size)  # the 7x7 stride-2 stem
+    elements += 2 * 64 * side * side  # conv1 output (bn1 saves it) + relu output
+    side = _halve(side)  # 3x3 stride-2 max-pool with padding 1
+    index_bytes = 8 * 64 * side * side  # max-pool's argmax indices are int64
+    elements += 64 * side * side  # pool output = first block's input (saved by its convs)
+    for width, blocks, stride in _RESNET50_STAGES:
+        for block in range(blocks):
+            elements += 2 * width * side * side  # 1x1 conv output + relu output
+            if block == 0 and stride == 2:
+                side = _halve(side)  # the 3x3 conv strides (and the downsample)
+            elements += 2 * width * side * side  # 3x3 conv output + relu output
+            elements += 2 * 4 * width * side * side  # 1x1 expand output + final relu output
+            if block == 0:
+                elements += 4 * width * side * side  # the downsample conv's output
+    elements += 2048  # pooled features, saved by fc
+    return float(4 * elements + index_bytes)
+
+
+# --- models ---------------------------------------------------------------------------------
+
+# Sequence lengths are each model's context length (BERT: its 512 positions).
+_GPT2_SMALL_ACT = transformer_activation_bytes_per_sample(1024, 768, 12, 12)
+_GPT2_XL_ACT = transformer_activation_bytes_per_sample(1024, 1600, 25, 48)
+_BERT_BASE_ACT = transformer_activation_bytes_per_sample(512, 768, 12, 12)
+_LLAMA2_7B_ACT = transformer_activation_bytes_per_sample(4096, 4096, 32, 32)
+_LLAMA2_13B_ACT = transformer_activation_bytes_per_sample(4096, 5120, 40, 40)
+_LLAMA2_70B_ACT = transformer_activation_bytes_per_sample(4096, 8192, 64, 80)
+
+MODELS: dict[str, ModelPreset] = {
+    "ResNet-50": ModelPreset(
+        name="ResNet-50",
+        parameters=25_557_032,
+        source="torchvision docs, ResNet50_Weights.IMAGENET1K_V1 (num_params 25,557,032); "
+        "He et al. 2016",
+        kind="vision",
+        output_elements_per_sample=1000,  # ImageNet-1k logits
+        activation_bytes_per_sample=resnet50_activation_bytes_per_sample(224),
+        default_batch_size=256,  # Goyal et al. 2017: 32 images per GPU on 8 GPUs
+    ),
+    "BERT-base": ModelPreset(
+        name="BERT-base",
+        parameters=109_482_240,
+        source="Devlin et al. 2019 (~110M); exact count for bert-base-uncased (encoder + "
+        "pooler) from its Hugging Face config: vocab 30522, 512 positions, d 768, 12 layers",
+        kind="language",
+        # masked-LM logits at every position (BertForMaskedLM); its head adds ~0.6M parameters
+        output_elements_per_sample=512 * 30_522,
+        activation_bytes_per_sample=_BERT_BASE_ACT,
+        default_batch_size=32,
+    ),
+    "GPT-2 small": ModelPreset(
+        name="GPT-2 small",
+        parameters=124_439_808,
+        source="Radford et al. 2019; Hugging Face model card 'gpt2' (124,439,808 with the "
+        "LM head tied to the token embedding): vocab 50257, 1024 positions, d 768, 12 layers",
+        kind="language",
+        output_elements_per_sample=1024 * 50_257,  # logits: seq_len x vocabulary
+        activation_bytes_per_sample=_GPT2_SMALL_ACT,
+        default_batch_size=8,
+    ),
+    "GPT-2 XL": ModelPreset(
+        name="GPT-2 XL",
+        parameters=1_557_611_200,
+        source="Radford et al. 2019 (1.5B); Hugging Face model card 'gpt2-xl': vocab 50257, "
+        "1024 positions, d 1600, 48 layers, 25 heads",
+        kind="language",
+        output_elements_per_sample=1024 * 50_257,
+        activation_bytes_per_sample=_GPT2_XL_ACT,
+        default_batch_size=8,
+    ),
+    "Llama-2 7B": ModelPreset(
+        name="Llama-2 7B",
+        parameters=6_738_415_616,
+        source="Touvron et al. 2023; Hugging Face config meta-llama/Llama-2-7b-hf: vocab "
+        "32000, d 4096, 32 layers, 32 heads, MLP 11008, untied LM head",
+        kind="language",
+        output_elements_per_sample=4096 * 32_000,
+        activation_bytes_per_sample=_LLAMA2_7B_ACT,
+        default_batch_size=8,
+    ),
+    "Llama-2 13B": ModelPreset(
+        name="Llama-2 13B",
+        parameters=13_015_864_320,
+        source="Touvron et al. 2023; Hugging Face config meta-llama/Llama-2-13b-hf: vocab "
+        "32000, d 5120, 40 layers, 40 heads, MLP 13824, untied LM head",
+        kind="language",
+        output_elements_per_sample=4096 * 32_000,
+        activation_bytes_per_sample=_LLAMA2_13B_ACT,
+        default_batch_size=8,
+    ),
+    "Llama-2 70B": ModelPreset(
+        name="Llama-2 70B",
+        parameters=68_976_648_192,
+        source="Touvron et al. 2023; Hugging Face config meta-llama/Llama-2-70b-hf: vocab "
+        "32000, d 8192, 80 layers, 64 query / 8 key-value heads, MLP 28672, untied LM head",
+        kind="language",
+        output_elements_per_sample=4096 * 32_000,
+        activation_bytes_per_sample=_LLAMA2_70B_ACT,
+        default_batch_size=8,
+    ),
+}
+
+
+def _check_count(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def custom_model(parameters: int, output_elements_per_sample: int = 1000,
+                 activation_bytes_per_sample: float = 0.0, name: str = "custom") -> ModelPreset:
+    """A ModelPreset for any model: its parameter count, outputs and fp32 activations per sample."""
+    parameters = _check_count("parameters", parameters, 0)
+    outputs = _check_count("output_elements_per_sample", output_elements_per_sample, 0)
+    act = activation_bytes_per_sample
+    if isinstance(act, bool) or not isinstance(act, numbers.Real):
+        raise TypeError("activation_bytes_per_sample must be a number of bytes, got "
+                        f"{type(act).__name__} {act!r}")
+    if not float(act) >= 0 or float(act) == float("inf"):
+        raise ValueError(f"activation_bytes_per_sample must be finite and >= 0, got {act!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {type(name).__name__}")
+    return ModelPreset(name=name, parameters=parameters, source="user-defined", kind="custom",
+                       output_elements_per_sample=outputs,
+                       activation_bytes_per_sample=float(act), default_batch_size=1)
+
+
+# --- interconnects --------------------------------------------------------------------------
+
+_GB = 1e9  # decimal gigabyte: link speeds are quoted in powers of 10
+
+
+def _pcie_x16_bytes_per_s(gigatransfers_per_s: float) -> float:
+    """x16 lanes at ``gigatransfers_per_s`` GT/s, 128b/130b encoding, bytes/s per direction."""
+    return gigatransfers_per_s * 1e9 * 16 * (128 / 130) / 8
+
+
+INTERCONNECTS: dict[str, InterconnectPreset] = {
+    "PCIe 4.0 x16": InterconnectPreset(
+        name="PCIe 4.0 x16",
+        bandwidth_bytes_per_s=_pcie_x16_bytes_per_s(16),  # 31.5 GB/s
+        latency_s=5e-6,
+        source="PCI-SIG PCIe 4.0 spec: 16 GT/s x 16 lanes = 32 GB/s raw per direction, 31.5 "
+        "GB/s after 128b/130b encoding (used here); packet overhead leaves ~25-27 GB/s usable "
+        "in practice. Latency: typical few-us GPU peer copy",
+    ),
+    "PCIe 5.0 x16": InterconnectPreset(
+        name="PCIe 5.0 x16",
+        bandwidth_bytes_per_s=_pcie_x16_bytes_per_s(32),  # 63.0 GB/s
+        latency_s=5e-6,
+        source="PCI-SIG PCIe 5.0 spec: 32 GT/s x 16 lanes = 64 GB/s raw per direction, 63.0 "
+        "GB/s after 128b/130b encoding (used here); ~50-55 GB/s usable in practice. Latency: "
+        "typical few-us GPU peer copy",
+    ),
+    "NVLink 3 (A100)": InterconnectPreset(
+        name="NVLink 3 (A100)",
+        bandwidth_bytes_per_s=300 * _GB,
+        latency_s=3e-6,
+        source="NVIDIA A100 datasheet: NVLink 600 GB/s total (both directions) = 300 GB/s per "
+        "direction per GPU, nominal. Latency: typical few-us NCCL small-message figure",
+    ),
+    "NVLink 4 (H100)": InterconnectPreset(
+        name="NVLink 4 (H100)",
+        bandwidth_bytes_per_s=450 * _GB,
+        latency_s=3e-6,
+        source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s total (both directions) = 450 GB/s "
+        "per direction per GPU, nominal. Latency: typical few-us NCCL small-message figure",
+    ),
+    "InfiniBand HDR": InterconnectPreset(
+        name="InfiniBand HDR",
+        bandwidth_bytes_per_s=200e9 / 8,  # 25 GB/s
+        latency_s=1.5e-6,
+        source="InfiniBand Trade Association / NVIDIA ConnectX-6: HDR 200 Gb/s per port per "
+        "direction = 25 GB/s, nominal. Latency: typical published ~1-2 us end to end",
+    ),
+    "InfiniBand NDR": InterconnectPreset(
+        name="InfiniBand NDR",
+        bandwidth_bytes_per_s=400e9 / 8,  # 50 GB/s
+        latency_s=1.5e-6,
+        source="InfiniBand Trade Association / NVIDIA ConnectX-7: NDR 400 Gb/s per port per "
+        "direction = 50 GB/s, nominal. Latency: typical published ~1-2 us end to end",
+    ),
+    "100 GbE": InterconnectPreset(
+        name="100 GbE",
+        bandwidth_bytes_per_s=100e9 / 8,  # 12.5 GB/s
+        latency_s=10e-6,
+        source="IEEE 802.3 100 Gb Ethernet: 100 Gb/s per direction = 12.5 GB/s, nominal "
+        "(TCP/IP framing takes a few % more). Latency: typical ~10 us or more over TCP",
+    ),
+}

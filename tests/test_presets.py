@@ -1,0 +1,257 @@
+"""Presets: parameter counts recomputed from each model's config, activation estimates checked
+against the tensors torch really saves for backward, link speeds from their units."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from dpcost.presets import (
+    DTYPE_BYTES,
+    INTERCONNECTS,
+    MODELS,
+    InterconnectPreset,
+    ModelPreset,
+    custom_model,
+    resnet50_activation_bytes_per_sample,
+    transformer_activation_bytes_per_sample,
+)
+
+# --- parameter counts from the published configs ---------------------------------------------
+
+
+def gpt2_parameters(vocab, positions, d, layers):
+    """GPT-2: token + position embeddings, per layer LN, qkv, proj, LN, fc, proj (with biases),
+    final LN; the LM head is tied to the token embedding."""
+    per_layer = (2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (2 * d) + (d * 4 * d + 4 * d) + (
+        4 * d * d + d)
+    return vocab * d + positions * d + layers * per_layer + 2 * d
+
+
+def bert_parameters(vocab, positions, types, d, layers, ffn):
+    embeddings = vocab * d + positions * d + types * d + 2 * d
+    per_layer = 3 * (d * d + d) + (d * d + d) + 2 * d + (d * ffn + ffn) + (ffn * d + d) + 2 * d
+    pooler = d * d + d
+    return embeddings + layers * per_layer + pooler
+
+
+def llama_parameters(vocab, d, layers, heads, kv_heads, ffn):
+    head_dim = d // heads
+    attention = d * d + 2 * d * kv_heads * head_dim + d * d  # q, k, v, o (no biases)
+    mlp = 3 * d * ffn  # gate, up, down
+    per_layer = attention + mlp + 2 * d  # two RMSNorm weights
+    return 2 * vocab * d + layers * per_layer + d  # embedding + untied head + final norm
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("GPT-2 small", gpt2_parameters(50257, 1024, 768, 12)),
+    ("GPT-2 XL", gpt2_parameters(50257, 1024, 1600, 48)),
+    ("BERT-base", bert_parameters(30522, 512, 2, 768, 12, 3072)),
+    ("Llama-2 7B", llama_parameters(32000, 4096, 32, 32, 32, 11008)),
+    ("Llama-2 13B", llama_parameters(32000, 5120, 40, 40, 40, 13824)),
+    ("Llama-2 70B", llama_parameters(32000, 8192, 80, 64, 8, 28672)),
+])
+def test_parameter_count_matches_config(name, expected):
+    assert MODELS[name].parameters == expected
+
+
+def test_gpt2_small_count_is_the_model_card_figure():
+    # Independent of the formula above: the model card's number, and a torch module's count.
+    assert gpt2_parameters(50257, 1024, 768, 12) == 124_439_808
+    layer = nn.TransformerEncoderLayer(768, 12, 3072)  # same weights per layer as GPT-2's block
+    per_layer = sum(p.numel() for p in layer.parameters())
+    assert 50257 * 768 + 1024 * 768 + 12 * per_layer + 2 * 768 == MODELS["GPT-2 small"].parameters
+
+
+# A plain ResNet-50 (torchvision's v1.5 layout, torchvision is not installed here).
+class Bottleneck(nn.Module):
+    def __init__(self, inplanes, width, stride, downsample):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, 4 * width, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(4 * width)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = nn.Sequential(
+            nn.Conv2d(inplanes, 4 * width, 1, stride, bias=False), nn.BatchNorm2d(4 * width)
+        ) if downsample else None
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        identity = self.downsample(x) if self.downsample is not None else x
+        out += identity
+        return self.relu(out)
+
+
+def resnet50():
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    inplanes = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            layers.append(Bottleneck(inplanes, width, stride if i == 0 else 1, i == 0))
+            inplanes = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    return nn.Sequential(*layers)
+
+
+def saved_bytes(module, inputs):
+    """Bytes of the distinct non-parameter tensors autograd saves in one forward."""
+    params = {p.data_ptr() for p in module.parameters()}
+    seen = {}
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            seen[t.data_ptr()] = max(seen.get(t.data_ptr(), 0), t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(inputs)
+    return sum(seen.values())
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    torch.manual_seed(0)
+    return resnet50().train()
+
+
+def test_resnet50_parameters_match_torchvision_docs(resnet):
+    assert sum(p.numel() for p in resnet.parameters()) == MODELS["ResNet-50"].parameters
+
+
+def test_resnet50_activation_estimate_matches_what_torch_saves(resnet):
+    model = resnet
+    size = 40  # small images keep the test fast (odd sides on the way: 5, 3, 2)
+    one = saved_bytes(model, torch.randn(1, 3, size, size))
+    two = saved_bytes(model, torch.randn(2, 3, size, size))
+    per_sample = two - one  # BatchNorm's per-channel statistics cancel
+    assert per_sample == pytest.approx(resnet50_activation_bytes_per_sample(size), rel=0.01)
+    assert MODELS["ResNet-50"].activation_bytes_per_sample == resnet50_activation_bytes_per_sample(
+        224)
+
+
+def fused_dropout(x, p, train):
+    # What F.dropout runs on CUDA (aten/src/ATen/native/Dropout.cpp: dropout takes the fused
+    # kernel for CUDA tensors): native_dropout, whose mask is bool, 1 byte per element.
+    return torch.native_dropout(x, p, train)[0]
+
+
+class GPT2Block(nn.Module):
+    """One GPT-2 block with eager attention (as in Hugging Face's 'eager' path), dropout on."""
+
+    def __init__(self, d, heads, dropout, p=0.1):
+        super().__init__()
+        self.heads, self.p, self.dropout = heads, p, dropout
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.gelu = nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        causal = torch.ones(s, s, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        attn = self.dropout(scores.softmax(-1), self.p, True)
+        y = (attn @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.dropout(self.proj(y), self.p, True)
+        h = self.out(self.gelu(self.fc(self.ln2(x))))
+        return x + self.dropout(h, self.p, True)
+
+
+def block_bytes_per_sample(dropout, s=64, d=64, heads=4):
+    torch.manual_seed(0)
+    block = GPT2Block(d, heads, dropout)
+    return saved_bytes(block, torch.randn(2, s, d)) - saved_bytes(block, torch.randn(1, s, d))
+
+
+def test_transformer_formula_matches_what_torch_saves():
+    s, d, heads = 64, 64, 4
+    # 66 s h + 9 a s^2 bytes per sample per layer in fp32 with 1-byte dropout masks (layer
+    # norm's per-token mean and rstd add 16 s bytes, inside the tolerance).
+    assert block_bytes_per_sample(fused_dropout) == pytest.approx(
+        s * d * 66 + 9 * heads * s * s, rel=0.01)
+    assert transformer_activation_bytes_per_sample(s, d, heads, 3) == 3 * (
+        s * d * 66 + 9 * heads * s * s)
+
+
+def test_cpu_dropout_keeps_float_masks():
+    # On CPU, F.dropout multiplies by a float noise tensor and keeps it: 3 more bytes for each
+    # of the 2 s h + a s^2 mask elements than the formula's 1-byte masks.
+    s, d, heads = 64, 64, 4
+    formula = s * d * 66 + 9 * heads * s * s
+    assert block_bytes_per_sample(nn.functional.dropout) == pytest.approx(
+        formula + 3 * (2 * s * d + heads * s * s), rel=0.01)
+
+
+def test_gpt2_small_preset_uses_context_and_vocabulary():
+    gpt2 = MODELS["GPT-2 small"]
+    assert gpt2.output_elements_per_sample == 1024 * 50257
+    assert gpt2.activation_bytes_per_sample == 12 * (1024 * 768 * 66 + 9 * 12 * 1024 * 1024)
+    assert gpt2.kind == "language" and MODELS["ResNet-50"].kind == "vision"
+
+
+# --- the tables themselves -------------------------------------------------------------------
+
+
+def test_model_keys_and_fields():
+    assert list(MODELS) == ["ResNet-50", "BERT-base", "GPT-2 small", "GPT-2 XL", "Llama-2 7B",
+                            "Llama-2 13B", "Llama-2 70B"]
+    for key, model in MODELS.items():
+        assert isinstance(model, ModelPreset) and model.name == key
+        assert model.source and model.parameters > 0 and model.default_batch_size >= 1
+        assert model.output_elements_per_sample > 0 and model.activation_bytes_per_sample > 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        MODELS["ResNet-50"].parameters = 1
+
+
+def test_interconnect_bandwidths_from_their_units():
+    gb = 1e9
+    # PCIe: GT/s per lane x 16 lanes x 128b/130b encoding / 8 bits per byte.
+    assert INTERCONNECTS["PCIe 4.0 x16"].bandwidth_bytes_per_s == pytest.approx(31.5077 * gb,
+                                                                                rel=1e-5)
+    assert INTERCONNECTS["PCIe 5.0 x16"].bandwidth_bytes_per_s == pytest.approx(63.0154 * gb,
+                                                                                rel=1e-5)
+    assert INTERCONNECTS["NVLink 3 (A100)"].bandwidth_bytes_per_s == 600 * gb / 2
+    assert INTERCONNECTS["NVLink 4 (H100)"].bandwidth_bytes_per_s == 900 * gb / 2
+    assert INTERCONNECTS["InfiniBand HDR"].bandwidth_bytes_per_s == 25 * gb  # 200 Gb/s
+    assert INTERCONNECTS["InfiniBand NDR"].bandwidth_bytes_per_s == 50 * gb  # 400 Gb/s
+    assert INTERCONNECTS["100 GbE"].bandwidth_bytes_per_s == 12.5 * gb  # 100 Gb/s
+    assert list(INTERCONNECTS) == ["PCIe 4.0 x16", "PCIe 5.0 x16", "NVLink 3 (A100)",
+                                   "NVLink 4 (H100)", "InfiniBand HDR", "InfiniBand NDR",
+                                   "100 GbE"]
+    for key, link in INTERCONNECTS.items():
+        assert isinstance(link, InterconnectPreset) and link.name == key and link.source
+        assert 1e-7 < link.latency_s < 1e-4  # microseconds, as published
+
+
+def test_dtype_bytes_match_torch():
+    for name, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16),
+                        ("fp16", torch.float16)]:
+        assert DTYPE_BYTES[name] == torch.tensor([], dtype=dtype).element_size()
+
+
+def test_custom_model_and_its_errors():
+    m = custom_model(1000, output_elements_per_sample=10, activation_bytes_per_sample=64)
+    assert (m.parameters, m.output_elements_per_sample, m.activation_bytes_per_sample) == (
+        1000, 10, 64.0)
+    assert m.name == "custom" and custom_model(5, name="tiny").name == "tiny"
+    with pytest.raises(TypeError, match="parameters"):
+        custom_model(1.5)
+    with pytest.raises(ValueError, match="parameters"):
+        custom_model(-1)
+    with pytest.raises(ValueError, match="output_elements_per_sample"):
+        custom_model(10, output_elements_per_sample=-3)
+    with pytest.raises(ValueError, match="activation_bytes_per_sample"):
+        custom_model(10, activation_bytes_per_sample=float("nan"))
+    with pytest.raises(TypeError, match="activation_bytes_per_sample"):
+        custom_model(10, activation_bytes_per_sample="1GB")
