@@ -47,5 +47,9 @@ browser:
 	      || echo "make browser: could not install chromium; the browser test will skip"; \
 	  else echo "make browser: chromium missing and not root; the browser test will skip"; fi; }
 
+# Regenerate the student exercise notebooks from the instructor masters and execute them.
+student: $(STAMP)
+	$(PY) -m dpcost.exercises.student
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

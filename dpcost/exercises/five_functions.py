@@ -1,0 +1,281 @@
+"""Exercise 1: the student writes the five core functions; ``check`` and ``submit`` test them.
+
+``check(fn)`` runs the worked examples of one function and shows a table (call, expected,
+got, pass/fail). ``submit(*fns)`` (or ``submit()`` to pick the five up from the notebook)
+runs the full battery: worked examples, ``num_gpus`` <= 1 (1, 0, negative), model size 0,
+the return type, the ratio n for many sizes (0 included), independence from the model size,
+large values and invalid inputs; it reports a score and every failure with its reason.
+
+Each call of the student's function runs in a forked child with a time limit
+(:mod:`dpcost.exercises.sandbox`). Expected values are computed here, exactly, with
+``fractions.Fraction`` from the formulas of the contract, never by calling ``dpcost.core``:
+
+    dp_communication_volume(P, n)        = 2 (n - 1) P        bytes   (0.0 for n <= 1)
+    ddp_communication_volume(P, n)       = 2 (n - 1) / n * P  bytes   (0.0 for n <= 1)
+    dp_gpu0_memory_multiplier(n)         = n                  (float(n), every integer n)
+    ddp_gpu0_memory_multiplier(n)        = 1                  (1.0, every integer n)
+    communication_reduction_factor(P, n) = n                  (1.0 for n <= 1; P = 0 too)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from dpcost.exercises.report import Report, TestResult
+from dpcost.exercises.sandbox import DEFAULT_TIMEOUT, Outcome, run_many
+
+FUNCTION_NAMES = (
+    "dp_communication_volume",
+    "ddp_communication_volume",
+    "dp_gpu0_memory_multiplier",
+    "ddp_gpu0_memory_multiplier",
+    "communication_reduction_factor",
+)
+_TAKES_SIZE = {"dp_communication_volume", "ddp_communication_volume",
+               "communication_reduction_factor"}
+
+
+def _exact_float(value: Fraction) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # beyond float range: the contract saturates to inf
+        return math.inf
+
+
+def expected_value(name: str, args: tuple) -> float:
+    """The contract's answer for ``name(*args)``, computed exactly with Fraction, as a float."""
+    if name in _TAKES_SIZE:
+        size = args[0]
+        size, n = Fraction(int(size) if float(size).is_integer() else float(size)), int(args[1])
+    else:
+        n = int(args[0])
+    if name == "dp_communication_volume":
+        return 0.0 if n <= 1 else _exact_float(2 * (n - 1) * size)
+    if name == "ddp_communication_volume":
+        return 0.0 if n <= 1 else _exact_float(Fraction(2 * (n - 1), n) * size)
+    if name == "dp_gpu0_memory_multiplier":
+        return _exact_float(Fraction(n))
+    if name == "ddp_gpu0_memory_multiplier":
+        return 1.0
+    if name == "communication_reduction_factor":
+        return 1.0 if n <= 1 else _exact_float(Fraction(n))
+    raise ValueError(f"name must be one of {', '.join(FUNCTION_NAMES)}; got {name!r}")
+
+
+@dataclass
+class Returns:
+    """Expect a Python float equal to ``value`` (volumes: within 1e-12 relative; else exact)."""
+
+    value: float
+    rel_tol: float = 0.0
+
+
+@dataclass
+class Raises:
+    """Expect ``error`` (an exception class name) with ``mention`` in its message."""
+
+    error: str
+    mention: str
+
+
+@dataclass
+class Case:
+    args: tuple
+    expect: Returns | Raises
+
+
+@dataclass
+class Test:
+    category: str
+    cases: list[Case]
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(
+            value) >= 1e5:
+        return f"{value:g}"
+    if type(value).__module__ == "numpy":
+        return f"np.{type(value).__name__}({value})"
+    return repr(value)
+
+
+def _call_text(name: str, args: tuple) -> str:
+    return f"{name}({', '.join(_fmt(a) for a in args)})"
+
+
+def _returns(name: str, args: tuple) -> Case:
+    volume = name in ("dp_communication_volume", "ddp_communication_volume")
+    return Case(args, Returns(expected_value(name, args), 1e-12 if volume else 0.0))
+
+
+def _judge(expect: Returns | Raises, outcome: Outcome) -> str:
+    """'' when the outcome meets the expectation, else the reason it does not."""
+    if outcome.status in ("timeout", "crashed", "skipped"):
+        return outcome.detail
+    if outcome.status == "raised" and outcome.error_type == "NotImplementedError":
+        return "not written yet (it still raises NotImplementedError)"
+    if isinstance(expect, Raises):
+        if outcome.status == "returned":
+            return (f"bad input must raise {expect.error} naming {expect.mention}, but the "
+                    f"function returned {outcome.value_repr}")
+        if expect.error not in outcome.error_bases:
+            return f"expected {expect.error}, got {outcome.error_type}"
+        if expect.mention not in outcome.error_message:
+            return f"the {expect.error} message must name the parameter {expect.mention!r}"
+        return ""
+    if outcome.status == "raised":
+        return f"raised {outcome.describe()} on valid input"
+    if outcome.value_type != "float" or outcome.value is None or type(outcome.value) is not float:
+        return (f"must return a Python float, got {outcome.value_type} (wrap the result in "
+                f"float(...))")
+    got, want = outcome.value, expect.value
+    if got == want or (expect.rel_tol and math.isclose(got, want, rel_tol=expect.rel_tol)):
+        return ""
+    return f"wrong value: {got!r} != {want!r}"
+
+
+def _expected_text(expect: Returns | Raises) -> str:
+    if isinstance(expect, Raises):
+        return f"{expect.error} naming {expect.mention}"
+    return repr(expect.value)
+
+
+def worked_examples(name: str) -> list[Case]:
+    """The worked examples ``check`` shows for ``name`` (also the first tests of ``submit``)."""
+    if name in _TAKES_SIZE:
+        args = [(1.5e9, 8), (4_000_000, 4), (1.5e9, 1)]
+        if name == "communication_reduction_factor":
+            args.append((0, 8))
+    else:
+        args = [(8,), (4,), (1,)]
+    return [_returns(name, a) for a in args]
+
+
+def battery(name: str) -> list[Test]:
+    """Every test ``submit`` runs for ``name``, in order (each test stops at its first failure)."""
+    if name not in FUNCTION_NAMES:
+        raise ValueError(f"name must be one of {', '.join(FUNCTION_NAMES)}; got {name!r}")
+    tests = [Test("worked example", [case]) for case in worked_examples(name)]
+    sized = name in _TAKES_SIZE
+
+    def call(*size_and_n):  # argument tuple for this function: (P, n) or (n,)
+        return size_and_n if sized else size_and_n[-1:]
+
+    few = [1, 0, -1, -8]
+    tests += [Test("num_gpus <= 1", [_returns(name, call(1.5e9, n))]) for n in few]
+    if sized:
+        tests += [Test("model size 0", [_returns(name, (0, 8)), _returns(name, (0.0, 3))]),
+                  Test("model size 0 and one GPU", [_returns(name, (0, 1))])]
+    tests.append(Test("returns a Python float", [
+        _returns(name, call(size, n)) for size in (5, 5.0, np.int64(5), np.float32(5.0))
+        for n in (2, 8, np.int32(8), np.int64(3))]))
+    gpus = [2, 3, 8, 64, 1024]
+    sizes = [0, 0.0, 1, 7, 0.5, 4_000_000, 1.5e9, 25 * 2**20]
+    if name == "communication_reduction_factor":
+        tests.append(Test("the ratio is n for many sizes, 0 included", [
+            _returns(name, (size, n)) for n in gpus for size in sizes]))
+        tests.append(Test("independent of the model size, n <= 1 too", [
+            _returns(name, (size, n)) for n in (1, 0, -3) for size in sizes]))
+    elif sized:
+        tests.append(Test("formula for many sizes and GPU counts", [
+            _returns(name, (size, n)) for n in gpus for size in sizes]))
+    else:
+        tests.append(Test("many GPU counts", [_returns(name, (n,)) for n in gpus + [-5]]))
+        tests.append(Test("numpy integer GPU counts", [
+            _returns(name, (t(4),)) for t in (np.int8, np.int16, np.int64, np.uint8)]))
+    if sized:
+        tests += [
+            Test("large values", [_returns(name, (7e12, 1024)), _returns(name, (10**15, 10**6))]),
+            Test("large numpy integers do not overflow",
+                 [_returns(name, (np.int64(2**62), np.int64(2**40)))]),
+            Test("huge values: near the float limit, or inf",
+                 [_returns(name, (1e300, 10**20))]),
+        ]
+    else:
+        tests.append(Test("large values", [_returns(name, (10**12,)),
+                                           _returns(name, (np.int64(2**40),))]))
+    for bad in (True, 8.0, 2.5, "8", None):
+        tests.append(Test("invalid num_gpus", [Case(call(100, bad),
+                                                    Raises("TypeError", "num_gpus"))]))
+    if sized:
+        for bad in (True, "1GB", None):
+            tests.append(Test("invalid model_size_bytes", [
+                Case((bad, 4), Raises("TypeError", "model_size_bytes"))]))
+        for bad in (-1, -0.5, float("nan"), float("inf")):
+            tests.append(Test("invalid model_size_bytes", [
+                Case((bad, 4), Raises("ValueError", "model_size_bytes"))]))
+        tests.append(Test("model size checked even for one GPU", [
+            Case((-1, 1), Raises("ValueError", "model_size_bytes"))]))
+    return tests
+
+
+def _function_name(fn, name: str | None) -> str:
+    if not callable(fn):
+        raise TypeError(f"pass your function itself, e.g. check(dp_communication_volume); "
+                        f"got {type(fn).__name__} {fn!r}")
+    if getattr(fn, "__module__", "").startswith("dpcost"):
+        raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} is the dpcost package's own "
+                         f"function; check the one you wrote in the notebook instead")
+    name = name or getattr(fn, "__name__", "")
+    if name not in FUNCTION_NAMES:
+        raise ValueError(f"the function must be named one of {', '.join(FUNCTION_NAMES)} "
+                         f"(or pass name=...); got {name!r}")
+    return name
+
+
+def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=None
+               ) -> list[TestResult]:
+    """Run every case of ``tests`` in the sandbox; one result per test (its first failure)."""
+    calls = [(fn, case.args, {}) for test in tests for case in test.cases]
+    outcomes = iter(run_many(calls, timeout, max_timeouts))
+    results = []
+    for test in tests:
+        judged = [(case, next(outcomes)) for case in test.cases]
+        case, outcome, reason = judged[0][0], judged[0][1], ""
+        for case, outcome in judged:
+            reason = _judge(case.expect, outcome)
+            if reason:
+                break
+        results.append(TestResult(name, test.category, _call_text(name, case.args),
+                                  _expected_text(case.expect), outcome.describe(), not reason,
+                                  reason, outcome.stdout))
+    return results
+
+
+def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
+    """Run the worked examples of your function ``fn``; return a :class:`Report` (a table)."""
+    name = _function_name(fn, name)
+    tests = [Test("worked example", [case]) for case in worked_examples(name)]
+    report = Report(f"check({name}): worked examples", "check")
+    report.results = _run_tests(fn, name, tests, timeout)
+    return report
+
+
+def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Report:
+    """Run the full battery on your functions; return a :class:`Report` with score and failures.
+
+    ``submit()`` with no arguments tests the five functions defined where it is called (the
+    notebook); a missing one fails all its tests. After ``max_timeouts`` time-outs in one
+    function, its remaining calls are skipped (they fail), so an infinite loop costs seconds.
+    """
+    report = Report("submit: the full battery", "submit")
+    if fns:
+        named = [(_function_name(fn, None), fn) for fn in fns]
+    else:
+        caller = sys._getframe(1).f_globals
+        named = [(name, caller.get(name)) for name in FUNCTION_NAMES]
+    for name, fn in named:
+        tests = battery(name)
+        if fn is None or not callable(fn):
+            report.results += [
+                TestResult(name, test.category, _call_text(name, test.cases[0].args),
+                           _expected_text(test.cases[0].expect), "-", False,
+                           f"{name} is not defined: run its cell first") for test in tests]
+        else:
+            report.results += _run_tests(fn, name, tests, timeout, max_timeouts)
+    return report

@@ -1,0 +1,226 @@
+"""Exercise 2: the student writes one step of the ring's schedule; the simulator runs it.
+
+The student writes ``reduce_scatter_sends(num_ranks, step)`` and/or
+``all_gather_sends(num_ranks, step)``: the list of ``(src_rank, dst_rank, chunk)`` sends of one
+step. ``check(fn)`` compares a few steps with the ring schedule of the course (a table);
+``submit(...)`` passes the student's functions to :func:`dpcost.ring.simulate_ring_allreduce`,
+which moves real numpy data and counts the bytes, for n = 2..8 ranks, and verifies
+
+- the result: every rank ends with the elementwise sum of all inputs (computed here), and
+- the bytes: every rank sends and receives 2 (n - 1) / n * S bytes (S = one array's bytes),
+  one chunk per step - the ring's point.
+
+Any schedule that does both passes ``submit``, not only the course's. When only one phase is
+given, the other phase uses the package's reference schedule (said in the report). Every run
+happens in a forked child with a time limit (:mod:`dpcost.exercises.sandbox`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from dpcost.exercises.report import Report, TestResult
+from dpcost.exercises.sandbox import DEFAULT_TIMEOUT, Outcome, run_many
+
+PHASE_NAMES = ("reduce_scatter_sends", "all_gather_sends")
+EVEN_LENGTH = 840  # divisible by 1..8, so every chunk has 840 / n elements
+UNEVEN_CASES = [(3, 10), (5, 7), (8, 5)]  # (ranks, length): chunks differ by one element
+
+
+def course_schedule(phase: str, num_ranks: int, step: int) -> list[tuple[int, int, int]]:
+    """The course's ring schedule, written out here for ``check`` (sorted by sender).
+
+    reduce-scatter, step s: rank r sends chunk (r - s) mod n to rank (r + 1) mod n (added);
+    all-gather, step s: rank r sends chunk (r + 1 - s) mod n to rank (r + 1) mod n (copied).
+    """
+    n, s = num_ranks, step
+    if phase == "reduce_scatter_sends":
+        return [(r, (r + 1) % n, (r - s) % n) for r in range(n)]
+    if phase == "all_gather_sends":
+        return [(r, (r + 1) % n, (r + 1 - s) % n) for r in range(n)]
+    raise ValueError(f"phase must be one of {', '.join(PHASE_NAMES)}; got {phase!r}")
+
+
+CHECK_STEPS = [(2, 0), (3, 0), (3, 1), (4, 0), (4, 2)]  # (num_ranks, step) shown by check
+
+
+def _phase_name(fn) -> str:
+    if not callable(fn):
+        raise TypeError(f"pass your function itself, e.g. check(reduce_scatter_sends); got "
+                        f"{type(fn).__name__} {fn!r}")
+    if getattr(fn, "__module__", "").startswith("dpcost"):
+        raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} is the dpcost package's own "
+                         f"schedule; check the one you wrote in the notebook instead")
+    name = getattr(fn, "__name__", "")
+    if name not in PHASE_NAMES:
+        raise ValueError(f"the function must be named one of {', '.join(PHASE_NAMES)}; "
+                         f"got {name!r}")
+    return name
+
+
+def _as_sends(value):
+    """The sends sorted, or None when ``value`` is not a list of 3-tuples of ints."""
+    if not isinstance(value, list):
+        return None
+    for send in value:
+        if not (isinstance(send, tuple) and len(send) == 3 and all(
+                isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                for v in send)):
+            return None
+    return sorted(tuple(int(v) for v in send) for send in value)
+
+
+def _judge_sends(expected, outcome: Outcome) -> str:
+    if outcome.status in ("timeout", "crashed", "skipped"):
+        return outcome.detail
+    if outcome.status == "raised":
+        if outcome.error_type == "NotImplementedError":
+            return "not written yet (it still raises NotImplementedError)"
+        return f"raised {outcome.describe()}"
+    sends = _as_sends(outcome.value)
+    if sends is None:
+        return "must return a list of (src, dst, chunk) tuples of ints"
+    if sends != expected:
+        missing = sorted(set(expected) - set(sends))
+        extra = sorted(set(sends) - set(expected))
+        return f"missing sends {missing}, unexpected sends {extra}"
+    return ""
+
+
+def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
+    """Compare a few steps of your schedule ``fn`` with the course's ring; return a table."""
+    name = _phase_name(fn)
+    outcomes = run_many([(fn, (n, s), {}) for n, s in CHECK_STEPS], timeout)
+    report = Report(f"check({name}): sends of a few steps, as (src, dst, chunk)", "check")
+    for (n, s), outcome in zip(CHECK_STEPS, outcomes, strict=True):
+        expected = course_schedule(name, n, s)
+        reason = _judge_sends(expected, outcome)
+        report.results.append(TestResult(name, "worked example", f"{name}({n}, {s})",
+                                         str(expected), outcome.describe(), not reason, reason,
+                                         outcome.stdout))
+    return report
+
+
+def _inputs(num_ranks: int, length: int) -> list[np.ndarray]:
+    # Integers, so "every rank holds the sum" means exactly; seeded per setting.
+    rng = np.random.default_rng(1000 * num_ranks + length)
+    return [rng.integers(-1000, 1000, size=length, dtype=np.int64) for _ in range(num_ranks)]
+
+
+def _judge_result(inputs, outcome: Outcome) -> tuple[str, str]:
+    """(got, reason) for "every rank ends with the sum of all inputs"."""
+    if outcome.status != "returned":
+        return outcome.describe(), _run_failure(outcome)
+    total = np.sum(np.stack(inputs), axis=0)  # the sum, computed here, not by the simulator
+    for rank, out in enumerate(outcome.value.outputs):
+        if not np.array_equal(out, total):
+            wrong = int(np.count_nonzero(out != total))
+            return (f"rank {rank} wrong at {wrong} of {total.size} elements",
+                    f"rank {rank} does not hold the sum: a chunk was never added, added twice, "
+                    "or not copied to every rank")
+    return "every rank holds the sum", ""
+
+
+def _run_failure(outcome: Outcome) -> str:
+    if outcome.status == "raised" and outcome.error_type == "NotImplementedError":
+        return "not written yet (it still raises NotImplementedError)"
+    if outcome.status == "raised":
+        return f"the simulator stopped: {outcome.describe()}"
+    return outcome.detail
+
+
+def _judge_bytes(num_ranks: int, nbytes: int, outcome: Outcome) -> tuple[str, str]:
+    """(got, reason) for "each rank sends and receives 2 (n - 1) / n * S bytes"."""
+    if outcome.status != "returned":
+        return outcome.describe(), _run_failure(outcome)
+    want = 2 * (num_ranks - 1) * nbytes // num_ranks  # exact: S divides by n here
+    trace = outcome.value
+    for rank in range(num_ranks):
+        sent, received = trace.sent_bytes[rank], trace.received_bytes[rank]
+        if (sent, received) != (want, want):
+            return (f"rank {rank} sent {sent} B, received {received} B",
+                    f"each rank must send and receive 2(n-1)/n*S = {want} bytes; rank {rank} "
+                    f"sent {sent} and received {received}")
+    return f"every rank sent and received {want} B", ""
+
+
+def _judge_balance(num_ranks: int, outcome: Outcome) -> tuple[str, str]:
+    """(got, reason) for "in every step each rank sends one chunk and receives one"."""
+    if outcome.status != "returned":
+        return outcome.describe(), _run_failure(outcome)
+    steps: dict[tuple[str, int], list] = {}
+    for record in outcome.value.transfers:
+        steps.setdefault((record.phase, record.step), []).append(record)
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(num_ranks - 1):
+            records = steps.get((phase, step), [])
+            senders = sorted(r.src for r in records)
+            receivers = sorted(r.dst for r in records)
+            if senders != list(range(num_ranks)) or receivers != list(range(num_ranks)):
+                return (f"{phase} step {step}: senders {senders}, receivers {receivers}",
+                        "in a ring step every rank sends exactly one chunk and receives "
+                        "exactly one")
+    return "one chunk per rank per step", ""
+
+
+def submit(*fns, timeout: float = DEFAULT_TIMEOUT) -> Report:
+    """Run your schedule(s) through the simulator for n = 2..8; return score and failures.
+
+    Pass ``reduce_scatter_sends``, ``all_gather_sends`` or both; ``submit()`` with no arguments
+    takes whichever of the two is defined where it is called. A phase not given runs the
+    package's reference schedule (``dpcost.ring``), so each phase can be practised alone.
+    """
+    from dpcost import ring
+
+    if fns:
+        given = {_phase_name(fn): fn for fn in fns}
+    else:
+        caller = sys._getframe(1).f_globals
+        given = {name: caller[name] for name in PHASE_NAMES if callable(caller.get(name))}
+    if not given:
+        raise ValueError("define reduce_scatter_sends and/or all_gather_sends first, then "
+                         "pass them: submit(reduce_scatter_sends, all_gather_sends)")
+    rs = given.get("reduce_scatter_sends", ring.ring_reduce_scatter_sends)
+    ag = given.get("all_gather_sends", ring.ring_all_gather_sends)
+    label = " + ".join(name for name in PHASE_NAMES if name in given)
+    report = Report(f"submit: {label} in the ring simulator, n = 2..8", "submit")
+    for name in PHASE_NAMES:
+        if name not in given:
+            report.notes.append(f"{name}: not given, so the package's reference schedule "
+                                "runs that phase.")
+    settings = [(n, EVEN_LENGTH) for n in range(2, 9)] + UNEVEN_CASES
+    inputs = {setting: _inputs(*setting) for setting in settings}
+    outcomes = run_many([(ring.simulate_ring_allreduce, (inputs[setting], rs, ag), {})
+                         for setting in settings], timeout, max_timeouts=2)
+    for (n, length), outcome in zip(settings, outcomes, strict=True):
+        nbytes = length * 8  # int64
+        call = f"{n} ranks, {length} int64 each (S = {nbytes} B)"
+        judged = [("result", "every rank holds the sum", _judge_result(inputs[n, length],
+                                                                        outcome))]
+        if length == EVEN_LENGTH:
+            want = 2 * (n - 1) * nbytes // n
+            judged.append(("bytes per rank", f"each rank sends and receives {want} B",
+                           _judge_bytes(n, nbytes, outcome)))
+            if n in (2, 5, 8):
+                judged.append(("one chunk per rank per step", "one chunk per rank per step",
+                               _judge_balance(n, outcome)))
+        else:
+            judged.append(("total bytes", f"2(n-1)*S = {2 * (n - 1) * nbytes} B in all",
+                           _judge_total(n, nbytes, outcome)))
+        for category, expected, (got, reason) in judged:
+            report.results.append(TestResult(label, f"n = {n}: {category}", call, expected, got,
+                                             not reason, reason, outcome.stdout))
+    return report
+
+
+def _judge_total(num_ranks: int, nbytes: int, outcome: Outcome) -> tuple[str, str]:
+    """(got, reason) for "all ranks together send 2 (n - 1) S bytes" (uneven chunks)."""
+    if outcome.status != "returned":
+        return outcome.describe(), _run_failure(outcome)
+    total, want = sum(outcome.value.sent_bytes), 2 * (num_ranks - 1) * nbytes
+    if total != want:
+        return (f"{total} B in all", f"the ranks together must send 2(n-1)*S = {want} bytes "
+                                     f"(each chunk n-1 times per phase), not {total}")
+    return f"{total} B in all", ""

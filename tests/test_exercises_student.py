@@ -1,0 +1,94 @@
+"""One master, two versions: the generator, the committed notebooks' sync, stubs vs solutions."""
+
+import nbformat
+import pytest
+
+from dpcost.exercises.student import (
+    STUDENT_DIR,
+    make_student,
+    pairs,
+    structure,
+    student_source,
+)
+
+MASTER = """def f(x):
+    \"\"\"Doc.\"\"\"
+    ### BEGIN SOLUTION
+    return x + 1
+    ### END SOLUTION"""
+
+
+def test_solution_becomes_an_indented_friendly_stub():
+    out = student_source(MASTER, "code")
+    assert "return x + 1" not in out and "BEGIN SOLUTION" not in out
+    assert out.splitlines()[:2] == ["def f(x):", '    """Doc."""']
+    assert out.splitlines()[2] == "    # YOUR CODE HERE"
+    assert out.splitlines()[3].startswith("    raise NotImplementedError('f is not written yet")
+    assert "check(f)" in out
+    namespace = {}
+    exec(out, namespace)
+    with pytest.raises(NotImplementedError, match="f is not written yet"):
+        namespace["f"](1)
+
+
+def test_hidden_tests_removed_and_markdown_answer():
+    source = "x = 1\n### BEGIN HIDDEN TESTS\nassert x == 1\n### END HIDDEN TESTS\ny = 2"
+    assert student_source(source, "code") == "x = 1\ny = 2"
+    md = "Why?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"
+    assert student_source(md, "markdown") == "Why?\nYOUR ANSWER HERE"
+
+
+@pytest.mark.parametrize("bad", ["### BEGIN SOLUTION\nx = 1",
+                                 "x = 1\n### END SOLUTION",
+                                 "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION"])
+def test_unbalanced_markers(bad):
+    with pytest.raises(ValueError, match="cell 3"):
+        student_source(bad, "code", "cell 3")
+
+
+def test_make_student_keeps_ids_drops_hidden_only_cells_and_outputs():
+    cells = [nbformat.v4.new_code_cell(MASTER), nbformat.v4.new_code_cell(
+        "### BEGIN HIDDEN TESTS\nassert True\n### END HIDDEN TESTS")]
+    cells[0].outputs = [nbformat.v4.new_output("stream", text="hi")]
+    cells[0].execution_count = 3
+    master = nbformat.v4.new_notebook(cells=cells)
+    student = make_student(master)
+    assert [c.id for c in student.cells] == [cells[0].id]
+    assert student.cells[0].outputs == [] and student.cells[0].execution_count is None
+    assert "return x + 1" in master.cells[0].source  # the master is left untouched
+
+
+def test_there_are_two_exercises():
+    assert [s.name for _, s in pairs()] == ["ex1_five_functions.ipynb", "ex2_ring_step.ipynb"]
+
+
+@pytest.mark.parametrize("master_path, student_path", pairs())
+def test_committed_student_version_is_what_the_generator_writes(master_path, student_path):
+    master = nbformat.read(master_path, as_version=4)
+    committed = nbformat.read(student_path, as_version=4)
+    assert structure(committed) == structure(make_student(master))
+    assert student_path.parent == STUDENT_DIR
+    assert any("### BEGIN SOLUTION" in c.source for c in master.cells)
+    for cell in committed.cells:
+        assert "BEGIN SOLUTION" not in cell.source and "HIDDEN TESTS" not in cell.source
+        if cell.cell_type == "code":  # committed executed, without errors
+            assert cell.execution_count is not None
+            assert all(out.output_type != "error" for out in cell.outputs)
+
+
+def _run_cells(notebook) -> dict:
+    """Execute a notebook's code cells in one namespace (as a kernel would, minus display)."""
+    namespace = {"__name__": "__main__"}
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            exec(compile(cell.source, f"<cell {cell.id}>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("master_path, student_path", pairs())
+def test_stubs_report_failures_solutions_pass(master_path, student_path):
+    student = _run_cells(nbformat.read(student_path, as_version=4))  # raises nothing
+    assert student["report"].total > 0 and student["report"].passed == 0
+    master = _run_cells(nbformat.read(master_path, as_version=4))  # hidden tests assert
+    assert master["report"].all_passed
+    assert master["report"].total == student["report"].total
