@@ -1,0 +1,99 @@
+"""Bytes into seconds with the alpha-beta model: time = messages * alpha + bytes / beta.
+
+alpha (``latency_s``) is the fixed cost of one message in seconds; beta
+(``bandwidth_bytes_per_s``) is the bandwidth of one link per direction in bytes/s. We charge
+the busiest link, the one that decides when the step is done:
+
+- DDP, ring all-reduce: each rank's link carries 2 (n - 1) messages of S / n bytes, and sends
+  and receives at the same time (full duplex): 2 (n - 1) alpha + 2 (n - 1) / n * S / beta.
+- DP, star through GPU0: the broadcast in forward and the reduce in backward each put n - 1
+  messages of S through GPU0's link, one after the other: 2 (n - 1) alpha + 2 (n - 1) S / beta.
+
+The bandwidth terms differ by exactly n; the latency terms are equal and grow with n.
+Pure Python (no numpy), so the explorer can call it cheaply.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from dpcost.core import check_model_size_bytes, check_num_gpus
+
+__all__ = [
+    "ddp_communication_time_terms",
+    "dp_communication_time_terms",
+    "ddp_communication_time",
+    "dp_communication_time",
+]
+
+
+def _check_real(value, name: str) -> float:
+    """``value`` as a finite float; TypeError unless it is a real number (not bool)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(
+        value, numbers.Real
+    ):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def _check_inputs(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s):
+    size = check_model_size_bytes(model_size_bytes)
+    n = check_num_gpus(num_gpus)
+    beta = _check_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s")
+    if beta <= 0:
+        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s!r}")
+    alpha = _check_real(latency_s, "latency_s")
+    if alpha < 0:
+        raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
+    try:
+        size = float(size)
+    except OverflowError:  # an exact int too large for a float
+        size = math.inf
+    return size, n, beta, alpha
+
+
+def ddp_communication_time_terms(
+    model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s
+) -> tuple[float, float]:
+    """(latency term, bandwidth term) in seconds of a ring all-reduce of S bytes on n ranks.
+
+    ``(2 (n - 1) * alpha, 2 (n - 1) / n * S / beta)``: 2 (n - 1) steps, each one message of
+    S / n bytes per rank. Returns (0.0, 0.0) for n <= 1.
+    """
+    size, n, beta, alpha = _check_inputs(
+        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
+    if n <= 1:
+        return 0.0, 0.0
+    return 2 * (n - 1) * alpha, 2 * (n - 1) / n * size / beta
+
+
+def dp_communication_time_terms(
+    model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s
+) -> tuple[float, float]:
+    """(latency term, bandwidth term) in seconds of DP's star through GPU0's link.
+
+    ``(2 (n - 1) * alpha, 2 (n - 1) * S / beta)``: the forward broadcast and the backward reduce
+    each send n - 1 messages of S bytes through GPU0's link, serially. Returns (0.0, 0.0) for
+    n <= 1.
+    """
+    size, n, beta, alpha = _check_inputs(
+        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
+    if n <= 1:
+        return 0.0, 0.0
+    return 2 * (n - 1) * alpha, 2 * (n - 1) * size / beta
+
+
+def ddp_communication_time(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
+    """Seconds for DDP's ring all-reduce: latency term + bandwidth term (alpha-beta model)."""
+    return sum(ddp_communication_time_terms(
+        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s))
+
+
+def dp_communication_time(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
+    """Seconds for DP's star through GPU0: latency term + bandwidth term (alpha-beta model)."""
+    return sum(dp_communication_time_terms(
+        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s))
