@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+import matplotlib as mpl
 import numpy as np
 from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
@@ -35,10 +36,11 @@ def ring_frames(trace: AllReduceTrace):
                     if t.phase == snap.phase and t.step == snap.step}
         frames.append((f"{snap.phase}, step {snap.step}",
                        _contributor_counts(snap.holdings), received))
-    cmap = ListedColormap(plt.get_cmap("Blues")(np.linspace(0.15, 0.9, n)))
+    cmap = ListedColormap(mpl.colormaps["Blues"](np.linspace(0.15, 0.9, n)))
     norm = BoundaryNorm(np.arange(0.5, n + 1.5), n)
-    fig, axes = plt.subplots(2, n, figsize=(3.3 * n + 1.2, 7.2), squeeze=False,
-                             layout="constrained")
+    # not pyplot-managed: shown once, where displayed
+    fig = Figure(figsize=(3.3 * n + 1.2, 7.2), layout="constrained")
+    axes = fig.subplots(2, n, squeeze=False)
     panels = list(axes[0]) + [None] + list(axes[1][: n - 1])
     axes[1][n - 1].axis("off")
     image = None
@@ -80,7 +82,8 @@ def bytes_per_rank(ring: AllReduceTrace, star: AllReduceTrace):
     size = ring.expected.nbytes
     ranks = np.arange(n)
     width = 0.2
-    fig, ax = plt.subplots()
+    fig = Figure()  # not pyplot-managed: shown once, where displayed
+    ax = fig.subplots()
     bars = [
         (ring.sent_bytes, "ring: sent", style.DDP_COLOR, None),
         (ring.received_bytes, "ring: received", style.DDP_COLOR, "//"),
@@ -121,7 +124,8 @@ def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: flo
     lat = [a for a, _ in ring]
     bw = [b for _, b in ring]
     total = [a + b for a, b in ring]
-    fig, ax = plt.subplots()
+    fig = Figure()  # not pyplot-managed: shown once, where displayed
+    ax = fig.subplots()
     ms = 1e3
     ax.plot(gpus, [t * ms for t in star], "-", color=style.DP_COLOR, lw=2.5,
             label="DataParallel star: 2(n-1)(alpha + S/beta)")

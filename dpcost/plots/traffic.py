@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from dpcost.dataparallel_traffic import ddp_step_transfers, dp_step_transfers
 from dpcost.plots import style
@@ -31,7 +31,8 @@ def dp_volume_breakdown(cases: dict[str, dict], num_gpus: int):
     data[label] = {"dp_terms": [bytes per term], "dp_total", "ddp_total"}.
     """
     style.apply()
-    fig, ax = plt.subplots()
+    fig = Figure()  # not pyplot-managed: shown once, where displayed
+    ax = fig.subplots()
     data = {}
     for i, (label, kwargs) in enumerate(cases.items()):
         # every forward/backward row but parallel_apply's, which moves nothing
