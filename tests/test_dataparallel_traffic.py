@@ -5,6 +5,7 @@ import random
 from fractions import Fraction
 
 import pytest
+from torch_resnet50 import resnet50
 
 from dpcost.core import ddp_communication_volume, dp_communication_volume
 from dpcost.dataparallel_traffic import (
@@ -181,37 +182,10 @@ def test_bad_bucket_inputs():
         ddp_bucket_sizes("100")
 
 
-def _torch_resnet50():
-    # torchvision's ResNet-50 (v1.5), rebuilt from torch.nn so the test needs no torchvision
-    from torch import nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, c_in, width, stride, downsample):
-            super().__init__()
-            self.conv1 = nn.Conv2d(c_in, width, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, 4 * width, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(4 * width)
-            self.downsample = nn.Sequential(
-                nn.Conv2d(c_in, 4 * width, 1, stride, bias=False), nn.BatchNorm2d(4 * width)
-            ) if downsample else None
-
-    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)]
-    c_in = 64
-    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
-        for b in range(blocks):
-            layers.append(Bottleneck(c_in, width, stride if b == 0 else 1, b == 0))
-            c_in = 4 * width
-    layers.append(nn.Linear(2048, 1000))
-    return nn.Sequential(*layers)
-
-
 def test_resnet50_counts_match_a_real_module():
     counts = resnet50_counts()
     assert counts["parameters"] == 25_557_032  # torchvision docs, ResNet50_Weights.IMAGENET1K_V1
-    model = _torch_resnet50()
+    model = resnet50()
     assert sum(p.numel() for p in model.parameters()) == counts["parameters"]
     buffers = list(model.buffers())
     assert sum(b.numel() for b in buffers) == counts["buffer_elements"]

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from torch_resnet50 import resnet50
 
 from dpcost.presets import (
     DTYPE_BYTES,
@@ -63,42 +64,6 @@ def test_gpt2_small_count_is_the_model_card_figure():
     layer = nn.TransformerEncoderLayer(768, 12, 3072)  # same weights per layer as GPT-2's block
     per_layer = sum(p.numel() for p in layer.parameters())
     assert 50257 * 768 + 1024 * 768 + 12 * per_layer + 2 * 768 == MODELS["GPT-2 small"].parameters
-
-
-# A plain ResNet-50 (torchvision's v1.5 layout, torchvision is not installed here).
-class Bottleneck(nn.Module):
-    def __init__(self, inplanes, width, stride, downsample):
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, 4 * width, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(4 * width)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = nn.Sequential(
-            nn.Conv2d(inplanes, 4 * width, 1, stride, bias=False), nn.BatchNorm2d(4 * width)
-        ) if downsample else None
-
-    def forward(self, x):
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        identity = self.downsample(x) if self.downsample is not None else x
-        out += identity
-        return self.relu(out)
-
-
-def resnet50():
-    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-              nn.MaxPool2d(3, 2, 1)]
-    inplanes = 64
-    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
-        for i in range(blocks):
-            layers.append(Bottleneck(inplanes, width, stride if i == 0 else 1, i == 0))
-            inplanes = 4 * width
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
-    return nn.Sequential(*layers)
 
 
 def saved_bytes(module, inputs):
