@@ -1,0 +1,52 @@
+"""Measure it for real: DDP and the DataParallel pattern over torch.distributed (gloo).
+
+``measure_traffic(world_size=4, model_bytes=4e6)`` starts the ranks on this machine, trains each
+scenario for a few iterations, counts the bytes every rank sends and receives on its TCP
+sockets and returns the report (see ``report.build_report``). The command line is
+``python -m dpcost.measure``. Only the ranks import torch; this module and the launcher do not.
+"""
+
+from __future__ import annotations
+
+from dpcost.measure.launch import MeasureError
+from dpcost.measure.report import build_report, render_table
+from dpcost.measure.shape import model_shape, param_bytes_of
+from dpcost.measure.worker import RunConfig
+
+MIN_MODEL_BYTES = 250_000  # below this gloo's framing exceeds the 0.5 % the tests allow
+__all__ = ["measure_traffic", "MeasureError", "render_table", "MIN_MODEL_BYTES"]
+
+
+def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 10,
+                    scenarios=("ddp", "dp"), warmup: int = 2, timeout_s: float = 60.0,
+                    fault: tuple | None = None, backend: str = "gloo") -> dict:
+    """Run ``scenarios`` on ``world_size`` local gloo ranks; return the report dict.
+
+    ``model_bytes`` is rounded to the nearest Linear stack (``param_bytes`` in the report is
+    exact). ``timeout_s``: how long the ranks may all stand still before the run is declared
+    hung. ``backend``: "gloo" (CPU, bytes counted on the TCP sockets) or "nccl" (one GPU per
+    rank, bytes from the hook's message sizes). ``fault`` = (rank, "raise" | "hang") injects a
+    failure, for tests. Raises ValueError for bad arguments and MeasureError when a rank fails
+    or hangs.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+        raise ValueError(f"world_size must be an integer >= 2, got {world_size!r}")
+    if not model_bytes >= MIN_MODEL_BYTES:
+        raise ValueError(f"model_bytes must be >= {MIN_MODEL_BYTES} (gloo's per-message framing "
+                         f"would swamp a smaller model), got {model_bytes!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    known = ("ddp", "dp", "ddp-plain", "ddp-profiler")
+    unknown = [s for s in scenarios if s not in known]
+    if unknown or not scenarios:
+        raise ValueError(f"scenarios must be among {known}, got {list(scenarios)!r}")
+    from dpcost.measure.launch import launch
+
+    width, depth = model_shape(model_bytes)
+    config = RunConfig(world_size=world_size, width=width, depth=depth, steps=steps,
+                       warmup=warmup, scenarios=list(scenarios), fault=fault, backend=backend,
+                       process_group_timeout_s=max(600.0, 3 * timeout_s))
+    run = launch(config, timeout_s=timeout_s)
+    report = build_report(config, param_bytes_of(width, depth), run["ranks"])
+    report["startup_s"], report["ranks_wall_s"] = run["startup_s"], run["wall_s"]
+    return report

@@ -1,0 +1,147 @@
+"""``python -m dpcost.measure --world-size 4 --model-mb 4 --steps 10 [--scenario ddp|dp|all]``.
+
+Spawns the local gloo ranks itself and prints the table (``--json``: one object; ``--plot
+FILE``: measured against predicted per rank). Under torchrun (``torchrun --standalone
+--nproc-per-node 2 -m dpcost.measure --backend gloo``) every process is one rank and rank 0
+prints. Bad arguments print one line and exit with status 2; a failed run exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from dpcost.measure import MIN_MODEL_BYTES, MeasureError, measure_traffic, render_table
+
+CHOICES = ("ddp", "dp", "dataparallel-cuda", "all")
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's default prints the usage too: keep one line
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _at_least(minimum, kind=int, what=""):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}{what}, got {text}")
+        return value
+    return parse
+
+
+def _fault(text):
+    rank, _, kind = text.partition(":")
+    if not rank.isdigit() or kind not in ("raise", "hang"):
+        raise argparse.ArgumentTypeError(f"expected RANK:raise or RANK:hang, got {text!r}")
+    return int(rank), kind
+
+
+def parse_args(argv=None):
+    parser = _OneLineErrorParser(prog="python -m dpcost.measure",
+                                 description="Count the bytes DDP and the DataParallel pattern "
+                                             "move per rank, beside the five functions.")
+    parser.add_argument("--world-size", type=_at_least(2), default=4,
+                        help="number of local ranks to spawn (default 4; torchrun sets its own)")
+    parser.add_argument("--model-mb", type=_at_least(MIN_MODEL_BYTES / 1e6, float,
+                                                     " (a smaller model is too small to matter)"),
+                        default=4.0, help="model size in MB, 10^6 bytes (default 4)")
+    parser.add_argument("--steps", type=_at_least(1), default=10,
+                        help="measured iterations after 2 warm-up ones (default 10)")
+    parser.add_argument("--scenario", choices=CHOICES, default="all",
+                        help="what to measure (default all: ddp, dp, and dataparallel-cuda "
+                             "when 2 or more GPUs are present)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--timeout", type=_at_least(1.0, float), default=60.0,
+                        help="seconds all ranks may stand still before the run is ended as hung")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", metavar="FILE", help="save measured vs predicted to FILE")
+    parser.add_argument("--inject-fault", type=_fault, help=argparse.SUPPRESS)  # tests only
+    return parser.parse_args(argv)
+
+
+def _gpu_count():
+    if not os.path.exists("/dev/nvidiactl"):  # no driver: do not pay torch's import for nothing
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _under_torchrun():
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def _torchrun_main(args, distributed):
+    """One rank under torchrun: every rank measures, rank 0 prints the gathered report."""
+    from dpcost.measure.report import build_report
+    from dpcost.measure.shape import model_shape, param_bytes_of
+    from dpcost.measure.worker import RunConfig, run_rank
+
+    width, depth = model_shape(args.model_mb * 1e6)
+    config = RunConfig(world_size=int(os.environ["WORLD_SIZE"]), width=width, depth=depth,
+                       steps=args.steps, scenarios=distributed, backend=args.backend,
+                       fault=args.inject_fault)
+    rank = int(os.environ["RANK"])
+    everyone = run_rank(rank, config, gather=True)
+    if rank != 0:
+        return None
+    return build_report(config, param_bytes_of(width, depth), everyone)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    wanted = ["ddp", "dp", "dataparallel-cuda"] if args.scenario == "all" else [args.scenario]
+    distributed = [s for s in wanted if s != "dataparallel-cuda"]
+    skipped, extra = {}, {}
+    if "dataparallel-cuda" in wanted:
+        gpus = _gpu_count()
+        if gpus >= 2:
+            from dpcost.measure.scenarios import dataparallel_cuda
+            from dpcost.measure.shape import model_shape
+
+            extra["dataparallel-cuda"] = dataparallel_cuda(*model_shape(args.model_mb * 1e6),
+                                                           steps=args.steps)
+        else:
+            skipped["dataparallel-cuda"] = (f"needs 2 or more CUDA GPUs for torch.nn.DataParallel,"
+                                            f" found {gpus}")
+    try:
+        if _under_torchrun():
+            report = _torchrun_main(args, distributed)
+            if report is None:  # not rank 0
+                return 0
+        elif distributed:
+            report = measure_traffic(args.world_size, args.model_mb * 1e6, args.steps,
+                                     distributed, timeout_s=args.timeout,
+                                     fault=args.inject_fault, backend=args.backend)
+        else:
+            print("\n".join(f"{name} skipped: {why}" for name, why in skipped.items()))
+            return 0
+    except MeasureError as error:
+        print(f"python -m dpcost.measure: error: {error}", file=sys.stderr)
+        return 1
+    if extra:
+        from dpcost.measure.report import scenario_rows, scenario_totals
+
+        for name, results in extra.items():
+            rows = scenario_rows(name, results, report["param_bytes"], len(results))
+            report["scenarios"][name] = rows
+            report["totals"][name] = scenario_totals(name, rows, report["param_bytes"],
+                                                     len(results))
+    report["skipped"].update(skipped)
+    print(json.dumps(report) if args.json else render_table(report))
+    if args.plot:
+        from dpcost.plots.measure import measured_vs_predicted
+
+        fig, _ = measured_vs_predicted(report)
+        fig.savefig(args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""dpcost.measure.report: predictions per rank, ratios, remainders, totals and the table."""
+
+import pytest
+
+from dpcost.measure.report import (
+    link_busy_bytes,
+    predicted_bytes,
+    render_table,
+    scenario_rows,
+    scenario_totals,
+)
+
+P = 4_000_000
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_predictions_per_rank(n):
+    for rank in range(n):
+        assert predicted_bytes("ddp", rank, P, n) == pytest.approx((2 * (n - 1) * P / n,) * 2)
+    assert predicted_bytes("dp", 0, P, n) == pytest.approx(((n - 1) * P,) * 2)
+    assert predicted_bytes("dp", n - 1, P, n) == (P, P)
+    # the totals over ranks are equal, 2(n-1)P, in both patterns
+    ddp_total = sum(predicted_bytes("ddp", r, P, n)[0] for r in range(n))
+    dp_total = sum(predicted_bytes("dp", r, P, n)[0] for r in range(n))
+    assert ddp_total == pytest.approx(2 * (n - 1) * P) == dp_total
+
+
+def test_unknown_scenario_is_refused():
+    with pytest.raises(ValueError, match="scenario"):
+        predicted_bytes("ring", 0, P, 2)
+
+
+def test_busy_link_is_sequential_for_dp_and_full_duplex_for_ddp():
+    assert link_busy_bytes("dp", 3.0, 5.0) == 8.0
+    assert link_busy_bytes("ddp", 3.0, 5.0) == 5.0
+
+
+def fake_results(n, extra):
+    return [{"rank": r, "sent_bytes": (n - 1) * P + extra if r == 0 else P + extra,
+             "received_bytes": (n - 1) * P if r == 0 else P, "counter": "tcp_info",
+             "memory_reading": "test", "peak_memory_bytes": 2**20, "step_time_s": 0.01}
+            for r in range(n)]
+
+
+def test_rows_ratio_and_remainder_and_totals():
+    rows = scenario_rows("dp", fake_results(4, 400), P, 4)
+    assert rows[0]["sent_ratio"] == pytest.approx((3 * P + 400) / (3 * P))
+    assert rows[1]["sent_remainder_bytes"] == pytest.approx(400)
+    assert rows[2]["received_ratio"] == 1.0
+    totals = scenario_totals("dp", rows, P, 4)
+    assert totals["busiest_rank"] == 0
+    assert totals["predicted_total_bytes"] == 6 * P
+    assert totals["busiest_link_busy_bytes"] == pytest.approx(6 * P + 400)
+
+
+def test_table_names_the_counter_and_the_remainder():
+    rows = scenario_rows("dp", fake_results(2, 158), P, 2)
+    report = {"world_size": 2, "param_bytes": P, "steps": 5, "warmup": 2, "backend": "gloo",
+              "model": {"layers": 4, "width": 500}, "scenarios": {"dp": rows},
+              "totals": {"dp": scenario_totals("dp", rows, P, 2)}, "skipped": {"x": "why"},
+              "remainder_explained": "framing"}
+    text = render_table(report)
+    assert "dp: counter tcp_info" in text
+    assert "     158" in text  # the extra bytes column
+    assert "x skipped: why" in text

@@ -1,0 +1,101 @@
+"""dpcost.measure.measure_traffic: real gloo ranks on this CPU, bytes against the five functions.
+
+Start-up dominates (seconds per process group), so each module-scoped fixture runs several
+scenarios in one group and the tests read its report. Assertions are on bytes, never on time.
+"""
+
+import pytest
+
+from dpcost.measure import measure_traffic
+
+TOLERANCE = 0.005  # |measured / predicted - 1| for every rank, both directions
+
+
+def linear_stack_bytes(model):
+    # P recomputed from the shape: depth layers of a width x width weight and a width bias.
+    return 4 * model["layers"] * (model["width"] ** 2 + model["width"])
+
+
+@pytest.fixture(scope="module")
+def run4():
+    return measure_traffic(world_size=4, model_bytes=1.5e6, steps=5, scenarios=("ddp", "dp"))
+
+
+@pytest.fixture(scope="module")
+def run3():
+    return measure_traffic(world_size=3, model_bytes=1e6, steps=5,
+                           scenarios=("dp", "ddp", "ddp-plain"))
+
+
+def expected(scenario, rank, p, n):
+    # From the course's derivation, not from dpcost.core: ring 2(n-1)/n P; star (n-1)P or P.
+    if scenario == "ddp":
+        return 2 * (n - 1) / n * p
+    return (n - 1) * p if rank == 0 else p
+
+
+@pytest.mark.parametrize("which", ["run4", "run3"])
+def test_every_rank_matches_the_prediction_within_half_a_percent(which, request):
+    report = request.getfixturevalue(which)
+    n, p = report["world_size"], report["param_bytes"]
+    assert p == linear_stack_bytes(report["model"]) >= 1_000_000
+    assert {"ddp", "dp"} <= set(report["scenarios"])
+    for scenario in ("ddp", "dp"):
+        rows = report["scenarios"][scenario]
+        assert [row["rank"] for row in rows] == list(range(n))
+        for row in rows:
+            want = expected(scenario, row["rank"], p, n)
+            assert row["predicted_sent_bytes"] == pytest.approx(want)
+            assert row["predicted_received_bytes"] == pytest.approx(want)
+            assert row["counter"] == "tcp_info"
+            for direction in ("sent", "received"):
+                measured = row[f"{direction}_bytes"]
+                assert abs(measured / want - 1) < TOLERANCE, (scenario, row["rank"], direction)
+                # gloo adds framing, never removes payload
+                assert measured >= want
+
+
+def test_the_hook_counts_exactly_the_gradient_bytes(run4, run3):
+    for report in (run4, run3):
+        for row in report["scenarios"]["ddp"]:
+            assert row["hook_bytes"] == report["param_bytes"]
+            assert row["hook_buckets"] >= 1
+
+
+def test_the_counted_ddp_and_the_dp_pattern_train_exactly_like_plain_ddp(run3):
+    # The counting hook sums and the loss carries 1/n; the DP pattern averages on rank 0:
+    # same data, same seed, same SGD, so the same parameters after the window (to rounding).
+    plain = run3["scenarios"]["ddp-plain"][0]["param_sum"]
+    for scenario in ("ddp", "dp"):
+        assert run3["scenarios"][scenario][0]["param_sum"] == pytest.approx(plain, rel=1e-6)
+    assert "hook_bytes" not in run3["scenarios"]["ddp-plain"][0]  # no hook: nothing counted
+
+
+def test_equal_totals_and_an_n_times_busier_link(run4):
+    n, p = run4["world_size"], run4["param_bytes"]
+    for scenario in ("ddp", "dp"):
+        total = sum(row["sent_bytes"] for row in run4["scenarios"][scenario])
+        assert abs(total / (2 * (n - 1) * p) - 1) < TOLERANCE
+    assert run4["totals"]["dp"]["busiest_rank"] == 0
+    assert abs(run4["busiest_link_ratio_dp_over_ddp"] / n - 1) < 2 * TOLERANCE
+
+
+def test_memory_is_a_reading_and_dp_rank0_holds_the_other_ranks_gradients(run4):
+    p = run4["param_bytes"]
+    dp = run4["scenarios"]["dp"]
+    assert all("VmHWM" in row["memory_reading"] for row in dp)
+    # rank 0 also lands n - 1 gradient copies: well above any other rank's peak
+    assert dp[0]["peak_memory_bytes"] > max(row["peak_memory_bytes"] for row in dp[1:]) + p
+    for row in run4["scenarios"]["ddp"]:  # parameters and gradients at least
+        assert row["peak_memory_bytes"] >= 2 * p
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"world_size": 1}, "world_size"),
+    ({"model_bytes": 1000}, "model_bytes"),
+    ({"steps": 0}, "steps"),
+    ({"scenarios": ("ring",)}, "scenarios"),
+])
+def test_bad_arguments_are_refused_before_anything_starts(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        measure_traffic(**kwargs)
