@@ -1,10 +1,12 @@
 """Counting overhead: DDP step time with dpcost's counters against plain DDP and torch.profiler.
 
-Runs, in one gloo process group, ROUNDS interleaved windows of three variants of the same DDP
-loop: plain DDP (no hook), DDP with the counting hook (what ``dpcost.measure`` runs; the TCP
-counters are read only at the window's edges), and plain DDP inside
-``torch.profiler.profile(record_shapes=True)``. Each window's step time is the median over its
-steps, averaged over ranks; the figure is the median over rounds. Prints one line per variant.
+Runs, in one gloo process group, ROUNDS interleaved windows of four variants of the same DDP
+loop: plain DDP with no counter ("ddp-plain"); what ``dpcost.measure`` times ("ddp": plain DDP,
+the TCP counters read only at the window's edges, the hook's count taken after the window on an
+identical model); DDP with the counting hook inside the window ("ddp-counted", to show what the
+hook would cost per step); and plain DDP inside ``torch.profiler.profile(record_shapes=True)``.
+Each window's step time is the median over its steps, averaged over ranks; the figure is the
+median over rounds. The counters' overhead adds the TCP reads, spread over the window's steps.
 
     .venv/bin/python benchmarks/measure_overhead.py [--world-size 2] [--model-mb 4]
         [--steps 20] [--rounds 5] [--json FILE]
@@ -22,7 +24,7 @@ from dpcost.measure.launch import launch
 from dpcost.measure.shape import model_shape, param_bytes_of
 from dpcost.measure.worker import RunConfig
 
-VARIANTS = ("ddp-plain", "ddp", "ddp-profiler")
+VARIANTS = ("ddp-plain", "ddp", "ddp-counted", "ddp-profiler")
 
 
 def main():
@@ -53,7 +55,9 @@ def main():
         "rounds": args.rounds,
         "median_step_s": median,
         "step_s_per_round": step,
-        "counters_overhead": median["ddp"] / median["ddp-plain"] - 1,
+        # per step: the timed window's step time, plus the two TCP reads spread over its steps
+        "counters_overhead": (median["ddp"] + read_s / args.steps) / median["ddp-plain"] - 1,
+        "hook_overhead": median["ddp-counted"] / median["ddp-plain"] - 1,
         "profiler_overhead": median["ddp-profiler"] / median["ddp-plain"] - 1,
         "counter_read_s_per_window": read_s,
     }
@@ -63,6 +67,9 @@ def main():
         extra = "" if v == "ddp-plain" else f"  ({median[v] / median['ddp-plain'] - 1:+.1%})"
         print(f"  {v:<13} {median[v] * 1e3:8.2f} ms{extra}")
     print(f"  TCP_INFO reads per window (twice, not per step): {read_s * 1e3:.2f} ms")
+    print(f"counters' overhead per step (ddp, reads included): {result['counters_overhead']:+.1%}; "
+          f"hook inside the window: {result['hook_overhead']:+.1%}; "
+          f"profiler: {result['profiler_overhead']:+.1%}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=1)

@@ -24,7 +24,7 @@ def run4():
 @pytest.fixture(scope="module")
 def run3():
     return measure_traffic(world_size=3, model_bytes=1e6, steps=5,
-                           scenarios=("dp", "ddp", "ddp-plain"))
+                           scenarios=("dp", "ddp", "ddp-counted"))
 
 
 def expected(scenario, rank, p, n):
@@ -63,12 +63,17 @@ def test_the_hook_counts_exactly_the_gradient_bytes(run4, run3):
 
 
 def test_the_counted_ddp_and_the_dp_pattern_train_exactly_like_plain_ddp(run3):
-    # The counting hook sums and the loss carries 1/n; the DP pattern averages on rank 0:
-    # same data, same seed, same SGD, so the same parameters after the window (to rounding).
-    plain = run3["scenarios"]["ddp-plain"][0]["param_sum"]
-    for scenario in ("ddp", "dp"):
+    # "ddp" times plain DDP. The counting hook ("ddp-counted") sums and the loss carries 1/n;
+    # the DP pattern averages on rank 0: same data, same seed, same SGD, so the same parameters
+    # after the window (to rounding).
+    plain = run3["scenarios"]["ddp"][0]["param_sum"]
+    for scenario in ("ddp-counted", "dp"):
         assert run3["scenarios"][scenario][0]["param_sum"] == pytest.approx(plain, rel=1e-6)
-    assert "hook_bytes" not in run3["scenarios"]["ddp-plain"][0]  # no hook: nothing counted
+    # the hook counts the same bytes inside the timed window as in its own window after it
+    for inside, after in zip(run3["scenarios"]["ddp-counted"], run3["scenarios"]["ddp"],
+                             strict=True):
+        assert inside["hook_bytes"] == after["hook_bytes"] == run3["param_bytes"]
+    assert "hook_window" in run3["scenarios"]["ddp"][0]
 
 
 def test_equal_totals_and_an_n_times_busier_link(run4):

@@ -148,30 +148,3 @@ def test_table_prints_the_small_case():
     assert table[5].split()[:3] == ["4", "8", "DDP"] and len(table) == 6
     with pytest.raises(ValueError, match="unit"):
         format_memory_table(model, [(4, 8)], unit="kB")
-
-
-# The figures of dpcost/plots/memory.py draw exactly what the model computes.
-
-def test_stacked_bars_draw_the_model():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from dpcost.plots.memory import memory_stacked_bars, ratio_vs_batch
-
-    model = MODELS["GPT-2 small"]
-    fig, data = memory_stacked_bars(model, [(2, 8), (8, 32)])
-    assert data["memory"] == [memory_per_gpu(model, 2, 8), memory_per_gpu(model, 8, 32)]
-    ax = fig.axes[0]
-    filled = [p for p in ax.patches if p.get_fill()]
-    assert len(filled) == 2 * 3 * 6  # configs x GPUs x components
-    first_bar = filled[:6]  # DP GPU0 at n = 2, batch 8, bottom to top
-    assert [p.get_height() * 1e9 for p in first_bar] == pytest.approx(
-        list(data["memory"][0]["dp_gpu0"].values()))
-    assert ax.get_title() and ax.get_ylabel() and ax.get_legend() is not None
-    plt.close(fig)
-    fig, data = ratio_vs_batch(model, gpu_counts=(2, 8), batch_sizes=(8, 64))
-    assert data["ratios"][8] == [gpu0_memory_ratio(model, 8, 8), gpu0_memory_ratio(model, 8, 64)]
-    assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
-    plt.close(fig)

@@ -135,8 +135,10 @@ def render_table(report: dict) -> str:
                      f"{total['busiest_rank']}, busy for "
                      f"{total['busiest_link_busy_bytes'] / 1e6:.4f} MB")
         if "hook_bytes" in rows[0]:
+            where = rows[0].get("hook_window", "the timed iterations")
             lines.append(f"DDP hook: {rows[0]['hook_bytes']:.0f} B all-reduced per iteration in "
-                         f"{rows[0]['hook_buckets']:.0f} bucket(s) (P = {p} B)")
+                         f"{rows[0]['hook_buckets']:.0f} bucket(s) (P = {p} B), counted over "
+                         f"{where}")
     if "busiest_link_ratio_dp_over_ddp" in report:
         ratio = report["busiest_link_ratio_dp_over_ddp"]
         lines += ["", f"DP's busiest link is busy {ratio:.3f}x as long as DDP's (the five "

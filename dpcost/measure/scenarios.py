@@ -3,8 +3,8 @@
 Every scenario trains the same model, a stack of ``depth`` square ``nn.Linear`` layers in float32
 with ReLU between them, so its gradient bytes are P = 4 * depth * (width^2 + width).
 
-- ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` as users run it, with a comm hook that
-  counts every bucket it all-reduces (``counters.counting_allreduce_hook``).
+- ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` as users run it; with ``count=True``
+  a comm hook counts every bucket it all-reduces (``counters.counting_allreduce_hook``).
 - ``dp``: DataParallel's star on processes. Rank 0 plays GPU0: each iteration it sends the
   parameters to every other rank (DP's ``replicate``), every rank runs forward and backward on
   its share of the batch, every other rank sends its gradients back and rank 0 sums them (DP's
