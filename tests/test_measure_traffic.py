@@ -27,6 +27,12 @@ def run3():
                            scenarios=("dp", "ddp", "ddp-counted"))
 
 
+@pytest.fixture(scope="module")
+def run3_profiler():
+    return measure_traffic(world_size=3, model_bytes=1e6, steps=3, scenarios=("ddp", "dp"),
+                           counter="profiler")
+
+
 def expected(scenario, rank, p, n):
     # From the course's derivation, not from dpcost.core: ring 2(n-1)/n P; star (n-1)P or P.
     if scenario == "ddp":
@@ -100,7 +106,25 @@ def test_memory_is_a_reading_and_dp_rank0_holds_the_other_ranks_gradients(run4):
     ({"model_bytes": 1000}, "model_bytes"),
     ({"steps": 0}, "steps"),
     ({"scenarios": ("ring",)}, "scenarios"),
+    ({"counter": "strace"}, "counter"),
 ])
 def test_bad_arguments_are_refused_before_anything_starts(kwargs, word):
     with pytest.raises(ValueError, match=word):
         measure_traffic(**kwargs)
+
+
+def test_the_profilers_collective_records_give_the_message_sizes(run3_profiler):
+    # The reading used for NCCL (no TCP there), checked here on gloo against the wire counters:
+    # message sizes x 2(n-1)/n for the ring, sends and receives as sized: the payload exactly.
+    report = run3_profiler
+    n, p = report["world_size"], report["param_bytes"]
+    for scenario in ("ddp", "dp"):
+        for row in report["scenarios"][scenario]:
+            assert row["counter"].startswith("profiler")
+            want = expected(scenario, row["rank"], p, n)
+            assert row["sent_bytes"] == pytest.approx(want, rel=1e-12)
+            assert row["received_bytes"] == pytest.approx(want, rel=1e-12)
+            assert row["profiler_uncounted"] == ["gloo:barrier"] or not row["profiler_uncounted"]
+            for direction in ("sent", "received"):  # the wire carries the same, plus framing
+                wire = row[f"wire_{direction}_bytes"]
+                assert want <= wire < want * (1 + TOLERANCE)

@@ -13,21 +13,26 @@ from dpcost.measure.report import build_report, render_table
 from dpcost.measure.shape import model_shape, param_bytes_of
 from dpcost.measure.worker import RunConfig
 
+COUNTERS = ("auto", "tcp_info", "profiler")
 MIN_MODEL_BYTES = 250_000  # below this gloo's framing exceeds the 0.5 % the tests allow
-__all__ = ["measure_traffic", "MeasureError", "render_table", "MIN_MODEL_BYTES"]
+__all__ = ["measure_traffic", "MeasureError", "render_table", "MIN_MODEL_BYTES", "COUNTERS"]
 
 
 def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 10,
                     scenarios=("ddp", "dp"), warmup: int = 2, timeout_s: float = 60.0,
-                    fault: tuple | None = None, backend: str = "gloo") -> dict:
+                    fault: tuple | None = None, backend: str = "gloo",
+                    counter: str = "auto") -> dict:
     """Run ``scenarios`` on ``world_size`` local gloo ranks; return the report dict.
 
     ``model_bytes`` is rounded to the nearest Linear stack (``param_bytes`` in the report is
     exact). ``timeout_s``: how long the ranks may all stand still before the run is declared
     hung. ``backend``: "gloo" (CPU, bytes counted on the TCP sockets) or "nccl" (one GPU per
-    rank, bytes from the hook's message sizes). ``fault`` = (rank, "raise" | "hang") injects a
-    failure, for tests. Raises ValueError for bad arguments and MeasureError when a rank fails
-    or hangs.
+    rank, bytes from torch.profiler's collective records). ``fault`` = (rank, "raise" |
+    "hang") injects a failure, for tests. ``counter``: "auto" (TCP_INFO on gloo,
+    torch.profiler's collective records on nccl), "tcp_info" or "profiler" (message sizes x
+    the algorithm's factor, also on gloo, where the report then keeps the wire reading beside
+    it). Raises ValueError for bad
+    arguments and MeasureError when a rank fails or hangs.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an integer >= 2, got {world_size!r}")
@@ -40,12 +45,14 @@ def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 
     unknown = [s for s in scenarios if s not in known]
     if unknown or not scenarios:
         raise ValueError(f"scenarios must be among {known}, got {list(scenarios)!r}")
+    if counter not in COUNTERS:
+        raise ValueError(f"counter must be one of {COUNTERS}, got {counter!r}")
     from dpcost.measure.launch import launch
 
     width, depth = model_shape(model_bytes)
     config = RunConfig(world_size=world_size, width=width, depth=depth, steps=steps,
                        warmup=warmup, scenarios=list(scenarios), fault=fault, backend=backend,
-                       process_group_timeout_s=max(600.0, 3 * timeout_s))
+                       process_group_timeout_s=max(600.0, 3 * timeout_s), counter=counter)
     run = launch(config, timeout_s=timeout_s)
     report = build_report(config, param_bytes_of(width, depth), run["ranks"])
     report["startup_s"], report["ranks_wall_s"] = run["startup_s"], run["wall_s"]

@@ -13,7 +13,13 @@ import json
 import os
 import sys
 
-from dpcost.measure import MIN_MODEL_BYTES, MeasureError, measure_traffic, render_table
+from dpcost.measure import (
+    COUNTERS,
+    MIN_MODEL_BYTES,
+    MeasureError,
+    measure_traffic,
+    render_table,
+)
 
 CHOICES = ("ddp", "dp", "dataparallel-cuda", "all")
 
@@ -57,6 +63,8 @@ def parse_args(argv=None):
                         help="what to measure (default all: ddp, dp, and dataparallel-cuda "
                              "when 2 or more GPUs are present)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--counter", choices=COUNTERS, default="auto",
+                        help="auto: TCP_INFO on gloo, torch.profiler's collective records on nccl")
     parser.add_argument("--timeout", type=_at_least(1.0, float), default=60.0,
                         help="seconds all ranks may stand still before the run is ended as hung")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -86,7 +94,7 @@ def _torchrun_main(args, distributed):
     width, depth = model_shape(args.model_mb * 1e6)
     config = RunConfig(world_size=int(os.environ["WORLD_SIZE"]), width=width, depth=depth,
                        steps=args.steps, scenarios=distributed, backend=args.backend,
-                       fault=args.inject_fault)
+                       fault=args.inject_fault, counter=args.counter)
     rank = int(os.environ["RANK"])
     everyone = run_rank(rank, config, gather=True)
     if rank != 0:
@@ -118,7 +126,8 @@ def main(argv=None) -> int:
         elif distributed:
             report = measure_traffic(args.world_size, args.model_mb * 1e6, args.steps,
                                      distributed, timeout_s=args.timeout,
-                                     fault=args.inject_fault, backend=args.backend)
+                                     fault=args.inject_fault, backend=args.backend,
+                                     counter=args.counter)
         else:
             print("\n".join(f"{name} skipped: {why}" for name, why in skipped.items()))
             return 0

@@ -163,3 +163,43 @@ def counting_allreduce_hook(state: BucketCounter, bucket):
     state.bytes += tensor.numel() * tensor.element_size()
     state.buckets += 1
     return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+PROFILER_COUNTER = ("profiler (torch.profiler's collective records: message sizes x the "
+                    "algorithm's factor, 2(n-1)/n for a ring all-reduce; send/recv as sized)")
+
+
+def collective_bytes(events, world_size: int, element_size: int) -> dict:
+    """Bytes a rank sent and received, from ``torch.profiler`` events with ``record_shapes``.
+
+    The process group records each collective as "<backend>:<op>" (``gloo:all_reduce``,
+    ``nccl:all_reduce``, ``gloo:send``, ...) with the shapes of its tensors, not their dtype,
+    so ``element_size`` (bytes per element of the gradients) converts elements to bytes. An
+    all-reduce of S bytes sends and receives 2(n-1)/n S per rank on a ring (gloo's algorithm;
+    NCCL's ring for large messages); a send or receive moves its tensor once. Other collectives
+    (barriers, which carry no tensor) are listed in "other" and not counted.
+    """
+    sent = received = 0.0
+    other = set()
+    ring = 2 * (world_size - 1) / world_size
+    for event in events:
+        backend, _, op = event.name.partition(":")
+        if backend not in ("gloo", "nccl", "mpi", "ucc") or not op:
+            continue
+        elements = 0
+        for shape in event.input_shapes or []:
+            count = 1
+            for size in shape:
+                count *= size
+            elements += count if shape else 0
+        nbytes = elements * element_size
+        if op == "all_reduce":
+            sent += ring * nbytes
+            received += ring * nbytes
+        elif op == "send":
+            sent += nbytes
+        elif op in ("recv", "recv_anysource"):
+            received += nbytes
+        else:
+            other.add(event.name)
+    return {"sent": sent, "received": received, "other": sorted(other)}

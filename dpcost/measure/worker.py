@@ -35,6 +35,9 @@ class RunConfig:
     backend: str = "gloo"
     process_group_timeout_s: float = 600.0
     fault: tuple | None = None  # (rank, "raise" | "hang"): test-only fault injection
+    # "auto": TCP_INFO on gloo, the profiler's collective records on nccl (not TCP);
+    # "profiler" forces the profiler's reading (also on gloo, where the tests compare the two).
+    counter: str = "auto"
 
 
 def encode_progress(scenario_index: int, iteration: int, phase: str) -> int:
@@ -105,7 +108,9 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         scenario.step(iteration, progress)
 
     profiler = None
-    if kind == "ddp-profiler":  # the alternative way to see collectives, for the benchmark
+    use_profiler = config.counter == "profiler" or (config.counter == "auto"
+                                                    and config.backend != "gloo")
+    if kind == "ddp-profiler" or use_profiler:  # collectives as the profiler records them
         import torch.profiler
 
         profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
@@ -165,7 +170,21 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         # A ring all-reduce of S sends and receives 2 (n - 1) / n S on every rank.
         result["logical_sent_bytes"] = result["logical_received_bytes"] = 2 * (n - 1) / n * (
             result["hook_bytes"])
-    if wire["ok"]:
+    if profiler is not None:
+        element_size = next(scenario.model.parameters()).element_size()
+        seen = counters.collective_bytes(profiler.events(), n, element_size)
+        result.update(profiler_sent_bytes=seen["sent"] / steps,
+                      profiler_received_bytes=seen["received"] / steps,
+                      profiler_uncounted=seen["other"])
+    if use_profiler:
+        result.update(counter=counters.PROFILER_COUNTER,
+                      sent_bytes=result["profiler_sent_bytes"],
+                      received_bytes=result["profiler_received_bytes"])
+        if wire["ok"]:  # keep the wire reading beside it, for comparison
+            result.update(wire_sent_bytes=(wire_after["sent"] - wire_before["sent"]) / steps,
+                          wire_received_bytes=(wire_after["received"] - wire_before["received"])
+                          / steps)
+    elif wire["ok"]:
         result.update(
             counter=counters.WIRE_COUNTER,
             sent_bytes=(wire_after["sent"] - wire_before["sent"]) / steps,
@@ -258,6 +277,9 @@ def run_rank(rank, config, report=lambda value: None, store_port=None, gather=Fa
         ok, why = counters.tcp_info_available()
         if config.backend != "gloo":
             ok, why = False, f"backend {config.backend} does not move bytes over TCP sockets"
+            if config.counter == "tcp_info":
+                raise ValueError(f"counter 'tcp_info' needs the gloo backend, not "
+                                 f"{config.backend}: use counter 'profiler' or 'auto'")
         wire = {"ok": ok, "why": why}
         _prime(config, rank)
         results = {name: _measure_scenario(name, i, config, rank, report, exclude, wire)
