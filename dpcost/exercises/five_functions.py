@@ -27,7 +27,12 @@ from fractions import Fraction
 import numpy as np
 
 from dpcost.exercises.report import Report, TestResult
-from dpcost.exercises.sandbox import DEFAULT_TIMEOUT, Outcome, run_many
+from dpcost.exercises.sandbox import (
+    DEFAULT_TIMEOUT,
+    Outcome,
+    run_many,
+    student_function_name,
+)
 
 FUNCTION_NAMES = (
     "dp_communication_volume",
@@ -215,17 +220,8 @@ def battery(name: str) -> list[Test]:
 
 
 def _function_name(fn, name: str | None) -> str:
-    if not callable(fn):
-        raise TypeError(f"pass your function itself, e.g. check(dp_communication_volume); "
-                        f"got {type(fn).__name__} {fn!r}")
-    if getattr(fn, "__module__", "").startswith("dpcost"):
-        raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} is the dpcost package's own "
-                         f"function; check the one you wrote in the notebook instead")
-    name = name or getattr(fn, "__name__", "")
-    if name not in FUNCTION_NAMES:
-        raise ValueError(f"the function must be named one of {', '.join(FUNCTION_NAMES)} "
-                         f"(or pass name=...); got {name!r}")
-    return name
+    return student_function_name(fn, FUNCTION_NAMES, "check(dp_communication_volume)",
+                                 "function", name)
 
 
 def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=None

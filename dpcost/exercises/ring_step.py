@@ -22,7 +22,12 @@ import sys
 import numpy as np
 
 from dpcost.exercises.report import Report, TestResult
-from dpcost.exercises.sandbox import DEFAULT_TIMEOUT, Outcome, run_many
+from dpcost.exercises.sandbox import (
+    DEFAULT_TIMEOUT,
+    Outcome,
+    run_many,
+    student_function_name,
+)
 
 PHASE_NAMES = ("reduce_scatter_sends", "all_gather_sends")
 EVEN_LENGTH = 840  # divisible by 1..8, so every chunk has 840 / n elements
@@ -47,17 +52,7 @@ CHECK_STEPS = [(2, 0), (3, 0), (3, 1), (4, 0), (4, 2)]  # (num_ranks, step) show
 
 
 def _phase_name(fn) -> str:
-    if not callable(fn):
-        raise TypeError(f"pass your function itself, e.g. check(reduce_scatter_sends); got "
-                        f"{type(fn).__name__} {fn!r}")
-    if getattr(fn, "__module__", "").startswith("dpcost"):
-        raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} is the dpcost package's own "
-                         f"schedule; check the one you wrote in the notebook instead")
-    name = getattr(fn, "__name__", "")
-    if name not in PHASE_NAMES:
-        raise ValueError(f"the function must be named one of {', '.join(PHASE_NAMES)}; "
-                         f"got {name!r}")
-    return name
+    return student_function_name(fn, PHASE_NAMES, "check(reduce_scatter_sends)", "schedule")
 
 
 def _as_sends(value):

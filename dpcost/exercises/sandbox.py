@@ -170,3 +170,24 @@ def _crash_detail(exitcode) -> str:
     if exitcode is not None and exitcode < 0:
         return f"the process died from signal {-exitcode} before returning"
     return f"the process exited (code {exitcode}) before returning"
+
+
+def student_function_name(fn, allowed, example: str, what: str = "function",
+                          name: str | None = None) -> str:
+    """The exercise name of the student's ``fn`` (or ``name``), checked to be one of ``allowed``.
+
+    Refuses what is not callable, and the dpcost package's own functions: the checker tests what
+    the student wrote, never the reference. ``example`` shows the right call in the message.
+    """
+    if not callable(fn):
+        raise TypeError(f"pass your function itself, e.g. {example}; got "
+                        f"{type(fn).__name__} {fn!r}")
+    if getattr(fn, "__module__", "").startswith("dpcost"):
+        raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} is the dpcost package's own "
+                         f"{what}; check the one you wrote in the notebook instead")
+    name = name or getattr(fn, "__name__", "")
+    if name not in allowed:
+        hint = " (or pass name=...)" if what == "function" else ""
+        raise ValueError(f"the function must be named one of {', '.join(allowed)}{hint}; "
+                         f"got {name!r}")
+    return name
