@@ -50,6 +50,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_until_served(process, url, server, log_path, timeout_s=60):
+    """Poll ``url`` until it answers; fail with the server's log if it exits or never does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"{server} exited early:\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{server} did not answer {url.split('?')[0]} within {timeout_s} s")
+            time.sleep(0.2)
+
+
 def _stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
     """SIGTERM the process group, then SIGKILL it if it has not gone within ``timeout``."""
     if process.poll() is not None:
@@ -98,17 +113,9 @@ def lab(tmp_path):
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:  # ready when the REST API answers
-            if process.poll() is not None:
-                pytest.fail(f"JupyterLab exited early:\n{(tmp_path / 'lab.log').read_text()}")
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("JupyterLab did not answer /api/status within 60 s")
-                time.sleep(0.2)
+        # ready when the REST API answers
+        _wait_until_served(process, f"{base}/api/status?token={token}", "JupyterLab",
+                           tmp_path / "lab.log")
         yield {"url": f"{base}/lab/tree/{NOTEBOOK.name}?token={token}&reset", "dir": tmp_path}
     finally:
         _stop(process)
@@ -229,17 +236,9 @@ def voila(tmp_path):
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:  # a static file: a GET of / would start a kernel
-            if process.poll() is not None:
-                pytest.fail(f"Voilà exited early:\n{(tmp_path / 'voila.log').read_text()}")
-            try:
-                with urllib.request.urlopen(f"{base}/voila/static/voila.js", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("Voilà did not serve /voila/static/voila.js within 60 s")
-                time.sleep(0.2)
+        # a static file: a GET of / would start a kernel
+        _wait_until_served(process, f"{base}/voila/static/voila.js", "Voilà",
+                           tmp_path / "voila.log")
         yield base + "/"
     finally:
         _stop(process)
