@@ -8,7 +8,7 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
          --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test lint unit nbval notebooks browser student clean
+.PHONY: lab test lint unit nbval notebooks browser student stress clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ browser:
 # Regenerate the student exercise notebooks from the instructor masters and execute them.
 student: $(STAMP)
 	$(PY) -m dpcost.exercises.student
+
+# Run every multi-process test K times and count the failures (not part of `make test`).
+K ?= 20
+stress: $(STAMP)
+	$(PY) benchmarks/repeat.py --repeats $(K)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

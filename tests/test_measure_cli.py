@@ -1,9 +1,12 @@
-"""python -m dpcost.measure: one-line errors, the torchrun entry point, a failing rank's status."""
+"""python -m dpcost.measure: one-line errors, a failing rank's status, SIGINT and SIGTERM.
 
-import json
+The torchrun entry point is tested in test_measure_torchrun.py."""
+
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +28,11 @@ def run(args, env=None, timeout=240):
     (["--model-mb", "0.001"], "too small to matter"),
     (["--scenario", "ring"], "--scenario"),
     (["--steps", "0"], "--steps"),
+    (["--model-mb", "inf"], "must be a finite number"),
+    (["--model-mb", "nan"], "must be a finite number"),
+    (["--model-mb", "1e300"], "MemAvailable"),
+    (["--plot", "/no/such/folder/x.png"], "--plot"),
+    (["--inject-fault", "١:raise"], "--inject-fault"),
 ])
 def test_bad_arguments_give_one_line_and_status_2(args, word):
     result = run([sys.executable, "-m", "dpcost.measure", *args])
@@ -38,24 +46,6 @@ def test_the_cuda_scenario_is_skipped_with_a_message_without_two_gpus():
     result = run([sys.executable, "-m", "dpcost.measure", "--scenario", "dataparallel-cuda"])
     assert result.returncode == 0
     assert "dataparallel-cuda skipped: needs 2 or more CUDA GPUs" in result.stdout
-
-
-def test_torchrun_two_ranks_prints_one_json_report_that_matches_the_ring():
-    result = run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "dpcost.measure",
-                  "--backend", "gloo", "--scenario", "ddp", "--model-mb", "1", "--steps", "5",
-                  "--json"])
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1  # rank 0 prints, rank 1 does not
-    report = json.loads(lines[0])
-    p = report["param_bytes"]
-    assert report["world_size"] == 2 and p >= 1_000_000 and report["steps"] == 5
-    for row in report["scenarios"]["ddp"]:
-        assert row["counter"] == "tcp_info"
-        assert row["hook_bytes"] == p
-        for direction in ("sent", "received"):
-            assert abs(row[f"{direction}_bytes"] / p - 1) < 0.005  # 2(n-1)/n P = P at n = 2
-        assert row["peak_memory_bytes"] > 0
 
 
 def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
@@ -73,3 +63,61 @@ def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
         except (psutil.Error, OSError):
             continue
     assert left == []
+
+
+@pytest.mark.parametrize("args", [["--model-mb", "1e300"], ["--model-mb", "4000"],
+                                  ["--plot", "/no/such/folder/x.png"], ["--plot", "out.foo"]])
+def test_impossible_runs_are_refused_before_any_rank_starts(args, monkeypatch, capsys):
+    from dpcost.measure import __main__ as cli
+    from dpcost.measure import launch
+
+    def must_not_start(*args, **kwargs):
+        raise AssertionError("the ranks were started")
+
+    monkeypatch.setattr(launch, "launch", must_not_start)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error: --" in err
+
+
+def marked_processes(mark):
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("DPCOST_TEST_MARK") == mark:
+                found.append(process.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("signum, whole_group, status", [
+    (signal.SIGINT, True, 130),  # Ctrl-C: the terminal signals the whole process group
+    (signal.SIGTERM, False, 143),  # kill PID: the launcher alone
+])
+def test_a_signal_ends_every_rank_with_one_line_and_the_shell_status(signum, whole_group, status):
+    mark = uuid.uuid4().hex
+    command = [sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb", "4",
+               "--steps", "100000", "--scenario", "ddp"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True,
+                               env={**os.environ, "DPCOST_TEST_MARK": mark})
+    try:
+        deadline = time.monotonic() + 120
+        while len(marked_processes(mark)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the CLI, the helper and both ranks are up
+        time.sleep(3)  # inside the run: ranks training
+        if whole_group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == status, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"interrupted by {signal.Signals(signum).name} while measuring ddp on 2 ranks" in err
+    time.sleep(0.5)
+    assert marked_processes(mark) == []

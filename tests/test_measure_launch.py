@@ -43,3 +43,51 @@ def test_free_port_can_be_bound():
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", free_port()))
+
+
+def test_a_rank_killed_mid_run_is_named_and_not_the_peer_it_left_behind():
+    # The peer fails at once with "Connection reset by peer": a consequence, not the cause.
+    before = our_descendants()
+    with pytest.raises(MeasureError, match=r"rank 1 died: killed by signal SIGKILL without "
+                                           r"reporting \(then rank\(s\) 0 failed") as info:
+        measure_traffic(world_size=2, model_bytes=5e5, steps=3, scenarios=("ddp",),
+                        fault=(1, "kill"))
+    assert info.value.rank == 1
+    assert our_descendants() - before == set()
+
+
+@pytest.mark.parametrize("fault, cause", [
+    ((1, "exit-after-result"), "rank 1 posted its result, then exited with status 3"),
+    ((0, "abort-after-result"), "rank 0 posted its result, then died, killed by signal SIGABRT"),
+])
+def test_a_rank_that_ends_badly_after_posting_its_result_fails_the_run(fault, cause):
+    before = our_descendants()
+    with pytest.raises(MeasureError, match=cause) as info:
+        measure_traffic(world_size=2, model_bytes=5e5, steps=2, scenarios=("dp",), fault=fault)
+    assert info.value.rank == fault[0]
+    assert our_descendants() - before == set()
+
+
+def test_a_set_up_slower_than_the_timeout_is_not_called_a_hang():
+    # Rank 1 takes 3 s more to build its model; the hang timeout (1 s) covers training only.
+    report = measure_traffic(world_size=2, model_bytes=5e5, steps=2, scenarios=("ddp",),
+                             fault=(1, "slow-setup"), timeout_s=1)
+    assert [row["rank"] for row in report["scenarios"]["ddp"]] == [0, 1]
+
+
+def test_set_up_phases_are_told_apart_from_training():
+    from dpcost.measure.worker import PROGRESS_READY, PROGRESS_STARTING, encode_progress, in_setup
+
+    assert in_setup(PROGRESS_STARTING) and in_setup(PROGRESS_READY)
+    assert in_setup(encode_progress(0, -1, "model setup"))
+    assert in_setup(encode_progress(1, 13, "model setup"))  # _count_buckets' second model
+    assert not in_setup(encode_progress(0, 0, "iteration start"))
+    assert not in_setup(encode_progress(1, 5, "snapshot barrier"))
+
+
+@pytest.mark.parametrize("model_bytes", [float("inf"), float("nan"), 1e300])
+def test_impossible_models_are_refused_before_any_rank_starts(model_bytes):
+    before = our_descendants()
+    with pytest.raises(ValueError, match="model_bytes|MemAvailable"):
+        measure_traffic(world_size=2, model_bytes=model_bytes)
+    assert our_descendants() - before == set()

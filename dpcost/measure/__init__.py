@@ -8,6 +8,9 @@ sockets and returns the report (see ``report.build_report``). The command line i
 
 from __future__ import annotations
 
+import math
+
+from dpcost.measure import preflight
 from dpcost.measure.launch import MeasureError
 from dpcost.measure.report import build_report, render_table
 from dpcost.measure.shape import model_shape, param_bytes_of
@@ -21,21 +24,24 @@ __all__ = ["measure_traffic", "MeasureError", "render_table", "MIN_MODEL_BYTES",
 def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 10,
                     scenarios=("ddp", "dp"), warmup: int = 2, timeout_s: float = 60.0,
                     fault: tuple | None = None, backend: str = "gloo",
-                    counter: str = "auto") -> dict:
+                    counter: str = "auto", setup_timeout_s: float = 180.0) -> dict:
     """Run ``scenarios`` on ``world_size`` local gloo ranks; return the report dict.
 
     ``model_bytes`` is rounded to the nearest Linear stack (``param_bytes`` in the report is
-    exact). ``timeout_s``: how long the ranks may all stand still before the run is declared
-    hung. ``backend``: "gloo" (CPU, bytes counted on the TCP sockets) or "nccl" (one GPU per
-    rank, bytes from torch.profiler's collective records). ``fault`` = (rank, "raise" |
-    "hang") injects a failure, for tests. ``counter``: "auto" (TCP_INFO on gloo,
+    exact). ``timeout_s``: how long the ranks may all stand still while they train before the
+    run is declared hung; ``setup_timeout_s`` bounds start-up and building each model.
+    ``backend``: "gloo" (CPU, bytes counted on the TCP sockets) or "nccl" (one GPU per rank,
+    bytes from torch.profiler's collective records). ``fault`` = (rank, kind), kind in
+    ``worker.FAULTS``, injects a failure, for tests. ``counter``: "auto" (TCP_INFO on gloo,
     torch.profiler's collective records on nccl), "tcp_info" or "profiler" (message sizes x
     the algorithm's factor, also on gloo, where the report then keeps the wire reading beside
-    it). Raises ValueError for bad
-    arguments and MeasureError when a rank fails or hangs.
+    it). Raises ValueError for bad arguments and for a run that cannot fit in the memory this
+    machine has free (before any rank starts), MeasureError when a rank fails or hangs.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an integer >= 2, got {world_size!r}")
+    if not (isinstance(model_bytes, (int, float)) and math.isfinite(model_bytes)):
+        raise ValueError(f"model_bytes must be a finite number of bytes, got {model_bytes!r}")
     if not model_bytes >= MIN_MODEL_BYTES:
         raise ValueError(f"model_bytes must be >= {MIN_MODEL_BYTES} (gloo's per-message framing "
                          f"would swamp a smaller model), got {model_bytes!r}")
@@ -50,10 +56,11 @@ def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 
     from dpcost.measure.launch import launch
 
     width, depth = model_shape(model_bytes)
+    preflight.check_memory(param_bytes_of(width, depth), world_size, scenarios)
     config = RunConfig(world_size=world_size, width=width, depth=depth, steps=steps,
                        warmup=warmup, scenarios=list(scenarios), fault=fault, backend=backend,
                        process_group_timeout_s=max(600.0, 3 * timeout_s), counter=counter)
-    run = launch(config, timeout_s=timeout_s)
+    run = launch(config, timeout_s=timeout_s, startup_timeout_s=setup_timeout_s)
     report = build_report(config, param_bytes_of(width, depth), run["ranks"])
     report["startup_s"], report["ranks_wall_s"] = run["startup_s"], run["wall_s"]
     return report

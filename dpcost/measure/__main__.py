@@ -3,14 +3,18 @@
 Spawns the local gloo ranks itself and prints the table (``--json``: one object; ``--plot
 FILE``: measured against predicted per rank). Under torchrun (``torchrun --standalone
 --nproc-per-node 2 -m dpcost.measure --backend gloo``) every process is one rank and rank 0
-prints. Bad arguments print one line and exit with status 2; a failed run exits with 1.
+prints. Bad arguments, and runs that cannot fit in this machine's free memory, print one line
+and exit with status 2 before any rank starts; a failed run exits with 1 and names the rank and
+its cause; SIGINT (Ctrl-C) and SIGTERM end every rank, print one line and exit with 130 and 143.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import signal
 import sys
 
 from dpcost.measure import (
@@ -18,8 +22,13 @@ from dpcost.measure import (
     MIN_MODEL_BYTES,
     MeasureError,
     measure_traffic,
+    preflight,
     render_table,
 )
+from dpcost.measure.launch import Interrupted, Terminated
+from dpcost.measure.worker import FAULTS
+
+PROG = "python -m dpcost.measure"
 
 CHOICES = ("ddp", "dp", "dataparallel-cuda", "all")
 
@@ -35,6 +44,8 @@ def _at_least(minimum, kind=int, what=""):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if not value >= minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}{what}, got {text}")
         return value
@@ -43,13 +54,14 @@ def _at_least(minimum, kind=int, what=""):
 
 def _fault(text):
     rank, _, kind = text.partition(":")
-    if not rank.isdigit() or kind not in ("raise", "hang"):
-        raise argparse.ArgumentTypeError(f"expected RANK:raise or RANK:hang, got {text!r}")
+    if not (rank.isascii() and rank.isdigit()) or kind not in FAULTS:
+        raise argparse.ArgumentTypeError(f"expected RANK:KIND with KIND one of "
+                                         f"{', '.join(FAULTS)}, got {text!r}")
     return int(rank), kind
 
 
 def parse_args(argv=None):
-    parser = _OneLineErrorParser(prog="python -m dpcost.measure",
+    parser = _OneLineErrorParser(prog=PROG,
                                  description="Count the bytes DDP and the DataParallel pattern "
                                              "move per rank, beside the five functions.")
     parser.add_argument("--world-size", type=_at_least(2), default=4,
@@ -66,7 +78,11 @@ def parse_args(argv=None):
     parser.add_argument("--counter", choices=COUNTERS, default="auto",
                         help="auto: TCP_INFO on gloo, torch.profiler's collective records on nccl")
     parser.add_argument("--timeout", type=_at_least(1.0, float), default=60.0,
-                        help="seconds all ranks may stand still before the run is ended as hung")
+                        help="seconds all ranks may stand still while they train before the "
+                             "run is ended as hung (default 60; set-up has --setup-timeout)")
+    parser.add_argument("--setup-timeout", type=_at_least(1.0, float), default=180.0,
+                        help="seconds for start-up (import torch, join the process group) and "
+                             "for building each scenario's model (default 180)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", metavar="FILE", help="save measured vs predicted to FILE")
     parser.add_argument("--inject-fault", type=_fault, help=argparse.SUPPRESS)  # tests only
@@ -102,10 +118,55 @@ def _torchrun_main(args, distributed):
     return build_report(config, param_bytes_of(width, depth), everyone)
 
 
+def _refuse(message) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _preflight(args, distributed) -> str | None:
+    """What makes the run impossible, in one line, or None; checked before any rank starts."""
+    from dpcost.measure.shape import model_shape, param_bytes_of
+
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size)) if _under_torchrun() \
+        else args.world_size
+    try:
+        if distributed:
+            preflight.check_memory(param_bytes_of(*model_shape(args.model_mb * 1e6)), ranks,
+                                   distributed)
+        if args.plot:
+            preflight.check_plot_path(args.plot)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        return _main(args)
+    except Interrupted as interrupted:
+        print(f"{PROG}: {interrupted}", file=sys.stderr)
+        return interrupted.exit_status
+    except KeyboardInterrupt:  # before or after the ranks ran: nothing of ours is left
+        print(f"{PROG}: interrupted by SIGINT", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Terminated as stop:
+        print(f"{PROG}: interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
+
+
+def _main(args) -> int:
     wanted = ["ddp", "dp", "dataparallel-cuda"] if args.scenario == "all" else [args.scenario]
     distributed = [s for s in wanted if s != "dataparallel-cuda"]
+    problem = _preflight(args, distributed)
+    if problem:
+        return _refuse(problem)
+    if not _under_torchrun():  # torchrun's agent signals its workers itself
+        signal.signal(signal.SIGTERM, _raise_terminated)
     skipped, extra = {}, {}
     if "dataparallel-cuda" in wanted:
         gpus = _gpu_count()
@@ -126,13 +187,16 @@ def main(argv=None) -> int:
         elif distributed:
             report = measure_traffic(args.world_size, args.model_mb * 1e6, args.steps,
                                      distributed, timeout_s=args.timeout,
+                                     setup_timeout_s=args.setup_timeout,
                                      fault=args.inject_fault, backend=args.backend,
                                      counter=args.counter)
         else:
             print("\n".join(f"{name} skipped: {why}" for name, why in skipped.items()))
             return 0
+    except Interrupted:
+        raise
     except MeasureError as error:
-        print(f"python -m dpcost.measure: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
     if extra:
         from dpcost.measure.report import scenario_rows, scenario_totals

@@ -11,10 +11,16 @@ Each rank posts its position (scenario, iteration, phase) to a shared array. ``l
 ``MeasureError`` naming the rank and the cause when
 
 - a rank raises (the earliest failure is named; peers that fail because it left are not),
-- a rank dies without a word (its exit status or signal is named),
-- once all ranks have joined, no rank moves for ``timeout_s`` seconds (the rank furthest behind
-  is named as hung; the others are waiting for it in a collective),
+- a rank dies without a word (its exit status or signal is named; its peers' errors, such as
+  "Connection reset by peer", are consequences and are not taken for the cause),
+- a rank posts its result but then exits non-zero or dies by a signal,
+- once all ranks have joined, no rank moves for ``timeout_s`` seconds while they train (the
+  rank furthest behind is named as hung; the others are waiting for it in a collective);
+  building a scenario's model is set-up, bounded by ``startup_timeout_s`` instead,
 - the ranks have not all joined the process group within ``startup_timeout_s``.
+
+SIGINT (Ctrl-C; the helper and the ranks ignore it) and SIGTERM (where the caller's handler
+raises ``Terminated``, as the CLI's does) end every rank and raise ``Interrupted``.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ import queue
 import signal
 import socket
 import sys
+import threading
 import time
 
 from dpcost.measure import worker
 
-GRACE_S = 1.0  # time to let the peers of a failed rank report, so that the first cause wins
+GRACE_S = 2.0  # time to let the peers of a failed rank report, so that the first cause wins
+EXIT_TIMEOUT_S = 30.0  # a rank that posted its result must have exited within this time
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -40,6 +48,26 @@ class MeasureError(RuntimeError):
     def __init__(self, message, rank=None, details=""):
         super().__init__(message)
         self.rank, self.details = rank, details
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by a SIGTERM handler (the CLI installs one), like Ctrl-C's
+    KeyboardInterrupt, so that ``launch`` ends the ranks and says what it was doing."""
+
+    def __init__(self, signum=signal.SIGTERM):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Interrupted(MeasureError):
+    """The run was interrupted (SIGINT or SIGTERM); every rank has been ended.
+
+    ``exit_status`` is the shell's convention, 128 + the signal's number: 130 and 143.
+    """
+
+    def __init__(self, signum, message):
+        super().__init__(message)
+        self.signum, self.exit_status = signum, 128 + signum
 
 
 def free_port() -> int:
@@ -57,6 +85,8 @@ def _die_with_parent():
 def fork_ranks(config, port, progress, messages):
     """The helper process: import torch once, fork the ranks, report how each one ended."""
     _die_with_parent()
+    # Ctrl-C reaches the whole process group; the launcher alone handles it and ends us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch  # noqa: F401 - imported here so that every forked rank has it already
     import torch._dynamo  # noqa: F401 - DDP's constructor imports it: pay once, not per rank
 
@@ -68,6 +98,7 @@ def fork_ranks(config, port, progress, messages):
             status = worker.local_rank_main(rank, config, port, progress, messages)
             messages.close()
             messages.join_thread()  # flush the result before leaving
+            worker.exit_fault(config, rank)
             os._exit(status)
         ranks[pid] = rank
 
@@ -83,25 +114,36 @@ def fork_ranks(config, port, progress, messages):
     while ranks:
         pid, status = os.wait()
         rank, code = ranks.pop(pid), os.waitstatus_to_exitcode(status)
-        if code != 0:
-            messages.put(("exit", rank, code))
+        messages.put(("exit", rank, code))  # every rank's status, 0 included
 
 
 def _exit_cause(code) -> str:
     if code < 0:
         return f"killed by signal {signal.Signals(-code).name}"
-    return f"exited with status {code} without reporting"
+    return f"exited with status {code}"
 
 
-def _first_failure(errors, dead):
+def _consequences(ranks) -> str:
+    return (f" (then rank(s) {', '.join(map(str, sorted(ranks)))} failed as a consequence)"
+            if ranks else "")
+
+
+def _first_failure(errors, silent, after_result):
+    """The cause, named. A rank that died without a word (a signal, os._exit) comes first:
+    its peers' errors ("Connection reset by peer") follow from it. Then the earliest error
+    reported; then a rank that posted its result but exited badly."""
+    if silent:
+        rank, code = silent[0]
+        others = {e[1] for e in errors} | {r for r, _ in silent[1:]}
+        return MeasureError(f"rank {rank} died: {_exit_cause(code)} without reporting"
+                            f"{_consequences(others - {rank})}", rank)
     if errors:
         _, rank, _, cause, details = min(errors, key=lambda error: error[2])
-        others = sorted({e[1] for e in errors} - {rank})
-        after = f" (then rank(s) {', '.join(map(str, others))} failed as a consequence)" \
-            if others else ""
-        return MeasureError(f"rank {rank} failed: {cause}{after}", rank, details)
-    rank, code = dead[0]
-    return MeasureError(f"rank {rank} died: {_exit_cause(code)}", rank)
+        others = {e[1] for e in errors} - {rank}
+        return MeasureError(f"rank {rank} failed: {cause}{_consequences(others)}", rank, details)
+    rank, code = after_result[0]
+    how = f"died, {_exit_cause(code)}" if code < 0 else _exit_cause(code)
+    return MeasureError(f"rank {rank} posted its result, then {how}", rank)
 
 
 def _hang(positions, config, still_s):
@@ -118,13 +160,24 @@ def _hang(positions, config, still_s):
                         f"waiting for it: {'; '.join(waiting)}", behind[0])
 
 
+def _interrupted(signum, positions, config):
+    where = "; ".join(f"rank {r} at {worker.describe_progress(p, config.scenarios)}"
+                      for r, p in enumerate(positions))
+    return Interrupted(signum, f"interrupted by {signal.Signals(signum).name} while measuring "
+                               f"{', '.join(config.scenarios)} on {config.world_size} ranks "
+                               f"({where}); every rank was ended")
+
+
 def launch(config: worker.RunConfig, timeout_s: float = 60.0,
            startup_timeout_s: float = 180.0) -> dict:
     """Run ``config`` on ``config.world_size`` local ranks.
 
-    Returns {"ranks": each rank's results, by rank; "startup_s": seconds until every rank had
-    joined the process group; "wall_s": seconds until the last result came}. Raises
-    MeasureError (see the module docstring); leaves no process behind either way.
+    ``timeout_s`` bounds how long the ranks may all stand still once they train;
+    ``startup_timeout_s`` bounds start-up (import, joining the process group) and each
+    scenario's model set-up. Returns {"ranks": each rank's results, by rank; "startup_s":
+    seconds until every rank had joined the process group; "wall_s": seconds until the last
+    result came}. Raises MeasureError (see the module docstring), Interrupted on SIGINT (and on
+    SIGTERM where a handler raises ``Terminated``); leaves no process behind either way.
     """
     context = multiprocessing.get_context("spawn")
     progress = context.Array("q", config.world_size, lock=False)
@@ -136,16 +189,23 @@ def launch(config: worker.RunConfig, timeout_s: float = 60.0,
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
     helper = context.Process(target=fork_ranks, name="dpcost-measure-ranks", daemon=True,
                              args=(config, port, progress, messages))
+    # Started with SIGINT ignored, the helper's interpreter keeps ignoring it (Python installs
+    # its KeyboardInterrupt handler only where SIGINT is at its default), and so do the ranks
+    # it forks: Ctrl-C then prints no traceback from them; the launcher ends them instead.
+    main_thread = threading.current_thread() is threading.main_thread()
+    sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
     try:
         helper.start()
     finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, sigint)
         if saved is None:
             del os.environ["MALLOC_MMAP_THRESHOLD_"]
         else:
             os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
     try:
         run = _watch(helper, progress, messages, config, timeout_s, startup_timeout_s)
-        helper.join(10)  # every rank has reported and is leaving: let the helper reap them
+        helper.join(10)  # every rank has exited: the helper is leaving
         return run
     finally:
         if helper.is_alive():
@@ -159,12 +219,24 @@ def launch(config: worker.RunConfig, timeout_s: float = 60.0,
 
 
 def _watch(helper, progress, messages, config, timeout_s, startup_timeout_s):
-    n = config.world_size
-    results, errors, dead = {}, [], []
-    started = moved = time.monotonic()
     positions = list(progress)
-    failed_at = ready_at = None
-    while len(results) < n:
+    try:
+        return _watch_until_done(helper, progress, messages, config, timeout_s,
+                                 startup_timeout_s, positions)
+    except KeyboardInterrupt:
+        raise _interrupted(signal.SIGINT, list(progress), config) from None
+    except Terminated as stop:
+        raise _interrupted(stop.signum, list(progress), config) from None
+
+
+def _watch_until_done(helper, progress, messages, config, timeout_s, startup_timeout_s,
+                      positions):
+    """Read the ranks' messages until every rank has posted its result AND exited 0."""
+    n = config.world_size
+    results, errors, exits = {}, [], {}
+    started = moved = time.monotonic()
+    failed_at = ready_at = results_at = None
+    while True:
         try:
             message = messages.get(timeout=0.1)
         except queue.Empty:
@@ -173,22 +245,32 @@ def _watch(helper, progress, messages, config, timeout_s, startup_timeout_s):
             results[message[1]] = message[2]
         elif message and message[0] == "error":
             errors.append(message)
-        elif message:  # ("exit", rank, status): a rank ended badly
-            dead.append(message[1:])
+        elif message:  # ("exit", rank, status): how a rank ended, in the order they ended
+            exits[message[1]] = message[2]
         now = time.monotonic()
-        if helper.exitcode is not None and len(results) < n and not (errors or dead):
-            dead.append((None, helper.exitcode))  # the helper itself is gone
+        if len(results) == n and results_at is None:
+            results_at = now
         reported = {e[1] for e in errors}
-        dead = [(rank, code) for rank, code in dead if rank not in reported]
-        if (errors or dead) and failed_at is None:
+        silent = [(r, c) for r, c in exits.items()
+                  if c != 0 and r not in results and r not in reported]
+        after_result = [(r, c) for r, c in exits.items() if c != 0 and r in results]
+        helper_gone = helper.exitcode is not None and len(exits) < n
+        if (errors or silent or after_result or helper_gone) and failed_at is None:
             failed_at = now
-        if failed_at is not None and (now - failed_at > GRACE_S or len(errors) == n):
-            if dead and dead[0][0] is None and not errors:
+        everyone_ended = len(exits) == n or len(errors) == n
+        if failed_at is not None and (now - failed_at > GRACE_S or everyone_ended):
+            if not (errors or silent or after_result):
                 raise MeasureError(f"the process that starts the ranks ended: "
-                                   f"{_exit_cause(dead[0][1])}")
-            raise _first_failure(errors, dead)
+                                   f"{_exit_cause(helper.exitcode)}")
+            raise _first_failure(errors, silent, after_result)
+        if len(results) == n and len(exits) == n:  # all reported and all exited 0
+            break
+        if results_at is not None and now - results_at > EXIT_TIMEOUT_S:
+            late = sorted(set(range(n)) - set(exits))
+            raise MeasureError(f"rank {', '.join(map(str, late))} posted its result but did not "
+                               f"exit within {EXIT_TIMEOUT_S:.0f} s", late[0])
         if list(progress) != positions:
-            positions, moved = list(progress), now
+            positions[:], moved = list(progress), now
         all_ready = min(positions) >= worker.PROGRESS_READY
         if all_ready and ready_at is None:
             ready_at = now
@@ -196,8 +278,12 @@ def _watch(helper, progress, messages, config, timeout_s, startup_timeout_s):
             late = [r for r, p in enumerate(positions) if p < worker.PROGRESS_READY]
             raise MeasureError(f"rank {', '.join(map(str, late))} did not join the process group "
                                f"within {startup_timeout_s:.0f} s", late[0])
-        if all_ready and failed_at is None and now - moved > timeout_s:
+        # The rank furthest behind decides which limit applies: building a model (or priming
+        # DDP before the first scenario) is set-up, bounded by startup_timeout_s; after that
+        # timeout_s bounds how long the training may stand still.
+        limit = startup_timeout_s if worker.in_setup(min(positions)) else timeout_s
+        if all_ready and failed_at is None and results_at is None and now - moved > limit:
             raise _hang(positions, config, now - moved)
-    end = time.monotonic()
+    end = results_at or time.monotonic()
     return {"ranks": [results[rank] for rank in range(n)],
             "startup_s": (ready_at or end) - started, "wall_s": end - started}

@@ -23,13 +23,11 @@ import torch.distributed as dist
 from torch import nn
 
 from dpcost.measure import counters
+from dpcost.measure.worker import PHASES  # noqa: F401 - re-exported: the phases we report
 
 SAMPLES_PER_RANK = 16  # each rank's share of the batch
 LEARNING_RATE = 1e-3
 
-# What a rank is doing, reported to the launcher so that a hang can be located.
-PHASES = ["model setup", "iteration start", "parameter exchange", "forward",
-          "backward", "gradient exchange", "optimizer step", "snapshot barrier"]
 
 
 def build_model(width: int, depth: int, seed: int = 0) -> nn.Sequential:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import statistics
 import time
 import traceback
@@ -20,6 +21,16 @@ from datetime import timedelta
 from dpcost.measure import counters
 
 PROGRESS_STARTING, PROGRESS_READY = 0, 1
+# What a rank is doing, reported to the launcher so that a hang can be located. Kept here, not
+# in scenarios.py, so that the launcher reads positions without importing torch.
+PHASES = ["model setup", "iteration start", "parameter exchange", "forward",
+          "backward", "gradient exchange", "optimizer step", "snapshot barrier"]
+# Test-only faults, injected on one rank in the first scenario:
+# raise | hang | kill (SIGKILL itself mid-run) | slow-setup (3 s more to build the model) |
+# exit-after-result (post the result, then exit with status 3) |
+# abort-after-result (post the result, then die by SIGABRT, as the torchrun crash did).
+FAULTS = ("raise", "hang", "kill", "slow-setup", "exit-after-result", "abort-after-result")
+SLOW_SETUP_S = 3.0
 
 
 @dataclass
@@ -34,7 +45,8 @@ class RunConfig:
     scenarios: list = field(default_factory=lambda: ["ddp", "dp"])
     backend: str = "gloo"
     process_group_timeout_s: float = 600.0
-    fault: tuple | None = None  # (rank, "raise" | "hang"): test-only fault injection
+    # (rank, kind): test-only fault injection; kinds in FAULTS
+    fault: tuple | None = None
     # "auto": TCP_INFO on gloo, the profiler's collective records on nccl (not TCP);
     # "profiler" forces the profiler's reading (also on gloo, where the tests compare the two).
     counter: str = "auto"
@@ -42,15 +54,17 @@ class RunConfig:
 
 def encode_progress(scenario_index: int, iteration: int, phase: str) -> int:
     """A rank's position as one increasing integer (scenario, iteration, phase)."""
-    from dpcost.measure.scenarios import PHASES
-
     return 1_000_000 * (scenario_index + 1) + 10 * (iteration + 2) + PHASES.index(phase)
+
+
+def in_setup(value: int) -> bool:
+    """Whether a rank at position ``value`` is still setting up (joining, priming, building a
+    scenario's model) rather than training."""
+    return value <= PROGRESS_READY or value % 10 == PHASES.index("model setup")
 
 
 def describe_progress(value: int, scenarios: list) -> str:
     """Inverse of ``encode_progress`` in words: "ddp iteration 3 (forward)"."""
-    from dpcost.measure.scenarios import PHASES
-
     if value == PROGRESS_STARTING:
         return "starting (import torch, joining the process group)"
     if value == PROGRESS_READY:
@@ -82,6 +96,8 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         report(encode_progress(index, iteration, phase))
 
     progress(-1, "model setup")
+    if config.fault == (rank, "slow-setup") and index == 0:
+        time.sleep(SLOW_SETUP_S)  # a set-up slower than --timeout must not be called a hang
     gc.collect()
     rss_before = counters.current_rss_bytes()
     peak_ok = counters.reset_peak_rss()
@@ -125,7 +141,7 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     for iteration in range(config.warmup, config.warmup + config.steps):
         progress(iteration, "iteration start")
         if config.fault and config.fault[0] == rank and index == 0:
-            _inject(config.fault[1], rank)
+            _inject(config.fault[1], rank, iteration - config.warmup)
         start = time.perf_counter()
         scenario.step(iteration, progress)
         times.append(time.perf_counter() - start)
@@ -213,6 +229,7 @@ def _count_buckets(config, rank, device, first_iteration, progress):
     """
     from dpcost.measure import scenarios
 
+    progress(first_iteration, "model setup")
     counted = scenarios.DDPScenario(config.width, config.depth, rank, count=True, device=device)
     counted.step(first_iteration, progress)
     before = (counted.hook.bytes, counted.hook.buckets)
@@ -240,6 +257,22 @@ def _prime(config, rank):
     dist.barrier()
 
 
+def gloo_threads() -> int:
+    """How many of this process's threads are gloo's (``pt_gloo_runloop``, ``gloo_tcp_loop``).
+
+    Read from ``/proc/self/task/*/comm`` (Linux). After ``destroy_process_group()`` it must be
+    0: a gloo thread still alive at interpreter exit is what aborts the process (see run_rank).
+    """
+    count = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                count += "gloo" in comm.read()
+        except FileNotFoundError:  # the thread ended while we looked
+            pass
+    return count
+
+
 def _device(config):
     """Gloo trains on the CPU; NCCL on this rank's GPU (LOCAL_RANK, set by torchrun)."""
     if config.backend == "nccl":
@@ -247,11 +280,21 @@ def _device(config):
     return "cpu"
 
 
-def _inject(kind, rank):
+def _inject(kind, rank, measured_iteration):
     if kind == "raise":
         raise RuntimeError(f"injected fault on rank {rank} (test)")
-    while True:  # "hang": never return; the launcher must notice and end the run
+    if kind == "kill" and measured_iteration == 1:  # mid-run: the peers are in a collective
+        os.kill(os.getpid(), signal.SIGKILL)
+    while kind == "hang":  # never return; the launcher must notice and end the run
         time.sleep(1)
+
+
+def exit_fault(config, rank) -> None:
+    """After the result is posted: the injected exit-time faults (tests only)."""
+    if config.fault == (rank, "exit-after-result"):
+        os._exit(3)
+    if config.fault == (rank, "abort-after-result"):
+        os.kill(os.getpid(), signal.SIGABRT)
 
 
 def run_rank(rank, config, report=lambda value: None, store_port=None, gather=False):
@@ -263,6 +306,17 @@ def run_rank(rank, config, report=lambda value: None, store_port=None, gather=Fa
     all ranks' results, gathered after the last window closed.
     """
     import torch
+
+    # Import torch._dynamo BEFORE init_process_group (PyTorch bug). DDP's constructor imports
+    # it, and through torch.distributed.fsdp -> _shard -> torch.distributed.nn it imports
+    # torch/distributed/nn/functional.py, whose defaults `group=group.WORLD` are evaluated at
+    # import time. Imported after init_process_group, those defaults hold the default group
+    # forever: destroy_process_group() cannot free it, gloo's threads (pt_gloo_runloop) outlive
+    # it, and at interpreter exit one of them can free a work object that needs the GIL while
+    # Py_FinalizeEx runs -> std::terminate, SIGABRT ("terminate called without an active
+    # exception"). Under torchrun that failed about 1 run in 4. Imported first: no default
+    # group exists yet, destroy frees it, and the gloo threads are gone (test_measure_torchrun).
+    import torch._dynamo  # noqa: F401
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # ranks share the cores; one compute thread each
