@@ -33,15 +33,14 @@ def json_lines(text):
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_one_node_two_ranks_report_and_every_gloo_thread_gone_after_destroy():
+def test_one_node_two_ranks_report_and_every_gloo_thread_gone_after_destroy(tmp_path):
     result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2",
                              str(ROOT / "tests" / "torchrun_probe.py"), *ARGS],
-                            capture_output=True, text=True, timeout=240, cwd=ROOT)
+                            capture_output=True, text=True, timeout=240, cwd=ROOT,
+                            env={**os.environ, "DPCOST_PROBE_DIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = json_lines(result.stdout)
-    reports = [line for line in lines if "param_bytes" in line]
-    probes = sorted((line for line in lines if "probe_rank" in line),
-                    key=lambda line: line["probe_rank"])
+    reports = json_lines(result.stdout)
+    probes = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert len(reports) == 1  # rank 0 prints the gathered report, rank 1 does not
     check_report(reports[0])
     assert [probe["probe_rank"] for probe in probes] == [0, 1]
