@@ -119,7 +119,8 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--model-size", required=True, type=_size,
                         help="model (gradient) size: bytes, or e.g. 1.5GB, 350MB, 512MiB")
-    parser.add_argument("--gpus", required=True, type=_gpus, help="number of GPUs (>= 1)")
+    parser.add_argument("--gpus", required=True, type=_gpus,
+                        help="number of GPUs, 1 to 1,000,000,000 (digits 0-9)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     figures = comparison(args.model_size, args.gpus)
