@@ -1,13 +1,17 @@
 """Command line: ``python -m dpcost --model-size 1.5GB --gpus 8 [--json]``.
 
 Prints the five functions' figures for one model size and GPU count. Bad arguments print a
-one-line error and exit with status 2 (argparse's convention), never a traceback.
+one-line error and exit with status 2 (argparse's convention), never a traceback. So do figures
+beyond a float's range (about 1.8e308 bytes), in text and JSON alike: ``--json`` always prints
+valid JSON (no ``Infinity`` or ``NaN``), or nothing and an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 
 from dpcost.core import (
@@ -25,6 +29,11 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+MAX_GPUS = 10**9  # a bound for the text, so no digit string is too long for int()
+_VALUE_OPTIONS = ("--model-size", "--gpus")
+_LOOKS_NEGATIVE = re.compile(r"\s*-\s*\.?[0-9]", re.ASCII)
+
+
 def _size(text: str) -> float:
     try:
         return parse_size(text)
@@ -33,13 +42,43 @@ def _size(text: str) -> float:
 
 
 def _gpus(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--gpus must be a whole number, got {text!r}") from None
+    # ASCII digits only, as in --model-size: int() would also take "８", "١٢٣" and "8_0".
+    shown = repr(text) if len(text) <= 20 else repr(text[:20]) + "..."
+    if re.fullmatch(r"-[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"--gpus must be at least 1, got {shown}")
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(
+            f"--gpus must be a whole number in digits 0-9, got {shown}")
+    if len(text) > 20:  # too long to show, and far beyond MAX_GPUS (leading zeros aside)
+        raise argparse.ArgumentTypeError(
+            f"--gpus must be at most {MAX_GPUS:,}, got a number of {len(text)} digits")
+    value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"--gpus must be at least 1, got {value}")
+    if value > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"--gpus must be at most {MAX_GPUS:,}, got {value}")
     return value
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """Rewrite ``--model-size -1GB`` as ``--model-size=-1GB``.
+
+    argparse reads a token such as "-1GB" as an option (only plain "-8" or "-1.5" count as
+    negative numbers) and would say "expected one argument"; joined, the value reaches the size
+    parser, which says that a size cannot be negative. Abbreviations ("--model") count too.
+    """
+    joined, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        takes_value = (len(token) > 2 and token.startswith("--") and "=" not in token
+                       and sum(option.startswith(token) for option in _VALUE_OPTIONS) == 1)
+        if takes_value and i + 1 < len(argv) and _LOOKS_NEGATIVE.match(argv[i + 1]):
+            joined.append(f"{token}={argv[i + 1]}")
+            i += 2
+        else:
+            joined.append(token)
+            i += 1
+    return joined
 
 
 def comparison(model_size_bytes: float, num_gpus: int) -> dict:
@@ -80,11 +119,18 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--model-size", required=True, type=_size,
                         help="model (gradient) size: bytes, or e.g. 1.5GB, 350MB, 512MiB")
-    parser.add_argument("--gpus", required=True, type=_gpus, help="number of GPUs (>= 1)")
+    parser.add_argument("--gpus", required=True, type=_gpus,
+                        help="number of GPUs, 1 to 1,000,000,000 (digits 0-9)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     figures = comparison(args.model_size, args.gpus)
-    print(json.dumps(figures, indent=2) if args.json else render_text(figures))
+    too_large = [name for name, value in figures.items() if not math.isfinite(value)]
+    if too_large:  # JSON has no inf, and "inf B" is no answer: refuse, as for a bad argument
+        parser.error(
+            f"{', '.join(too_large)} beyond a float's range (about 1.8e308) for --model-size "
+            f"{args.model_size:g} bytes and --gpus {args.gpus}; give a smaller size or fewer GPUs"
+        )
+    print(json.dumps(figures, indent=2, allow_nan=False) if args.json else render_text(figures))
     return 0
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
+from fractions import Fraction
 
 __all__ = [
     "dp_communication_volume",
@@ -21,17 +23,50 @@ __all__ = [
 ]
 
 
+_FLOAT_MAX = sys.float_info.max
+_SHOWN_CHARS = 60  # an error message shows at most this much of a bad value's repr
+
+
 def _is_bool(value) -> bool:
     # numpy.bool_ is not an Integral, but name it so the error says "bool", not "type".
     return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 
 
+def _is_numpy_time(value) -> bool:
+    # numpy registers timedelta64 as an integer (a subclass of numpy.signedinteger), but a
+    # duration is not a count of GPUs or bytes. A numpy value means numpy is loaded already,
+    # so looking it up in sys.modules keeps ``import dpcost`` free of numpy.
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, (numpy.timedelta64, numpy.datetime64))
+
+
+def _show(value) -> str:
+    """A short, safe rendering of a bad value for an error message.
+
+    Python refuses to turn ints of more than 4300 digits into text (sys.get_int_max_str_digits),
+    so huge ints are shown by their digit count; long reprs are cut; a failing repr is replaced.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        magnitude = abs(value)
+        digits = int(magnitude.bit_length() * math.log10(2))  # digits - 1 or digits
+        digits += magnitude >= 10**digits
+        return f"{'-' if value < 0 else ''}(an integer of {digits} digits)"
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__ must not hide which parameter was wrong
+        return f"<{type(value).__name__} object>"
+    if len(text) > _SHOWN_CHARS:
+        text = text[: _SHOWN_CHARS - 3] + "..."
+    return text
+
+
 def check_num_gpus(num_gpus) -> int:
     """Return ``num_gpus`` as a Python int; TypeError unless it is an int or a numpy integer."""
-    if _is_bool(num_gpus) or not isinstance(num_gpus, numbers.Integral):
+    if (_is_bool(num_gpus) or _is_numpy_time(num_gpus)
+            or not isinstance(num_gpus, numbers.Integral)):
         raise TypeError(
             f"num_gpus must be an integer (int or numpy integer), got {type(num_gpus).__name__}"
-            f" {num_gpus!r}"
+            f" {_show(num_gpus)}"
         )
     return int(num_gpus)
 
@@ -40,32 +75,44 @@ def check_model_size_bytes(model_size_bytes) -> int | float:
     """Return ``model_size_bytes`` as a Python int or float, checked to be finite and >= 0.
 
     Accepts int, float and numpy integer or floating scalars; raises TypeError for anything
-    else (bool, str such as "1GB", None, ...) and ValueError for negative, NaN or infinite.
+    else (bool, str such as "1GB", None, numpy.timedelta64, ...) and ValueError for negative,
+    NaN, infinite, or a finite numpy.longdouble beyond float range. -0.0 is returned as 0.0.
     """
     value = model_size_bytes
     is_numpy_real = type(value).__module__ == "numpy" and isinstance(value, numbers.Real)
-    if _is_bool(value) or not (
+    if _is_bool(value) or _is_numpy_time(value) or not (
         isinstance(value, numbers.Integral) or isinstance(value, float) or is_numpy_real
     ):
         hint = " (parse strings with dpcost.units.parse_size)" if isinstance(value, str) else ""
         raise TypeError(
             "model_size_bytes must be a number of bytes (int, float or numpy number), got "
-            f"{type(value).__name__} {value!r}{hint}"
+            f"{type(value).__name__} {_show(value)}{hint}"
         )
-    value = int(value) if isinstance(value, numbers.Integral) else float(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"model_size_bytes must be finite, got {value!r}")
+    if not isinstance(value, numbers.Integral):
+        # Check in the value's own type before float(): float() turns a finite
+        # numpy.longdouble beyond float range into inf, which is not what is wrong with it.
+        if value != value or value in (math.inf, -math.inf):
+            raise ValueError(f"model_size_bytes must be finite, got {_show(float(value))}")
     if value < 0:
-        raise ValueError(f"model_size_bytes must be >= 0, got {value!r}")
-    return value
+        raise ValueError(f"model_size_bytes must be >= 0, got {_show(value)}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    result = float(value) + 0.0  # + 0.0 turns -0.0 into 0.0 and leaves every other float as is
+    if math.isinf(result):  # finite in its own type (checked above), beyond a float's range
+        raise ValueError(
+            f"model_size_bytes {_show(value)} is too large for a float (out of range: the "
+            f"largest float is {_FLOAT_MAX!r})"
+        )
+    return result
 
 
 def _as_float(exact) -> float:
-    """float(exact), saturating to inf where a huge exact integer does not fit a float."""
+    """float(exact), saturating to +inf or -inf (keeping the sign) where a huge exact number
+    does not fit a float."""
     try:
         return float(exact)
     except OverflowError:
-        return math.inf
+        return math.inf if exact > 0 else -math.inf
 
 
 def dp_communication_volume(model_size_bytes, num_gpus) -> float:
@@ -81,9 +128,9 @@ def dp_communication_volume(model_size_bytes, num_gpus) -> float:
     if n <= 1:
         return 0.0
     try:
-        return _as_float(2 * (n - 1) * size)
-    except OverflowError:
-        return math.inf
+        return float(2 * (n - 1) * size)
+    except OverflowError:  # n or P does not fit a float: the exact product decides
+        return _as_float(2 * (n - 1) * Fraction(size))
 
 
 def ddp_communication_volume(model_size_bytes, num_gpus) -> float:
@@ -91,16 +138,17 @@ def ddp_communication_volume(model_size_bytes, num_gpus) -> float:
 
     DDP all-reduces the P gradient bytes with a ring: a reduce-scatter then an all-gather, each
     of n - 1 steps in which every rank sends one chunk of P / n bytes to its neighbour (and
-    receives as many). Returns 0.0 for n <= 1. Units: bytes in, bytes out (float).
+    receives as many). Returns 0.0 for n <= 1 and for P = 0; a product beyond float range
+    gives inf. Units: bytes in, bytes out (float).
     """
     size = check_model_size_bytes(model_size_bytes)
     n = check_num_gpus(num_gpus)
     if n <= 1:
         return 0.0
     try:
-        return _as_float(2 * (n - 1) / n * size)
-    except OverflowError:
-        return math.inf
+        return float(2 * (n - 1) / n * size)
+    except OverflowError:  # P does not fit a float: the exact product decides
+        return _as_float(Fraction(2 * (n - 1), n) * Fraction(size))
 
 
 def dp_gpu0_memory_multiplier(num_gpus) -> float:
@@ -108,7 +156,8 @@ def dp_gpu0_memory_multiplier(num_gpus) -> float:
 
     GPU0 gathers the outputs of all n replicas (and computes the loss over them), so the
     batch-sized part of its memory is n times what each other GPU holds. Returns float(n) as
-    given, for every integer n.
+    given, for every integer n; an n beyond float range gives inf with n's sign (-10**400 gives
+    -inf, never +inf).
     """
     return _as_float(check_num_gpus(num_gpus))
 

@@ -12,18 +12,33 @@ import re
 DECIMAL_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 BINARY_UNITS = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
-_SIZE_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+MAX_SIZE_TEXT = 64  # characters: "1.5GB" needs 5; a bound keeps every parse short
+
+# One way only to match each digit, so a failing text costs time linear in its length (the old
+# pattern [0-9]*\.?[0-9]+ could split a run of digits n ways: 32,000 digits and "!" took 23 s).
+# re.ASCII: \s is ASCII white space only; digits are [0-9], never other scripts' digits.
+_SIZE_PATTERN = re.compile(
+    r"\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", re.ASCII)
+_NEGATIVE = re.compile(r"\s*-\s*\.?[0-9]", re.ASCII)
 
 
 def parse_size(text: str) -> float:
     """Bytes in a size such as "1.5GB", "512 MiB", "4e6" or "1000" (plain bytes).
 
     Unit letters are case-insensitive, except that the "i" of KiB/MiB/GiB/TiB chooses powers
-    of 1024. Raises ValueError naming the text when it is not a finite, non-negative size.
+    of 1024. Digits are ASCII 0-9 only, and the text is at most MAX_SIZE_TEXT (64) characters.
+    Raises ValueError naming the text when it is not a finite, non-negative size.
     """
     if not isinstance(text, str):
         raise TypeError(f"size must be a string such as '1.5GB', got {type(text).__name__}")
-    match = _SIZE_PATTERN.match(text)
+    if len(text) > MAX_SIZE_TEXT:
+        raise ValueError(
+            f"size text is {len(text)} characters long; at most {MAX_SIZE_TEXT} are accepted "
+            f"(starts {text[:20]!r})"
+        )
+    if _NEGATIVE.match(text):
+        raise ValueError(f"size {text!r} has a minus sign: a size cannot be negative")
+    match = _SIZE_PATTERN.fullmatch(text)
     if not match:
         raise ValueError(
             f"size {text!r} is not a number with an optional unit "

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -50,3 +51,94 @@ def test_bad_arguments_exit_2_with_one_line(args):
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert "error" in result.stderr
+
+
+# The edges (issue 9, section 4): each test below failed before its fix.
+def run_main(capsys, *args):
+    """main() in this process: (exit status, stdout, stderr)."""
+    try:
+        status = main(list(args))
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def refused(capsys, *args):
+    status, out, err = run_main(capsys, *args)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("gpus", ["١٢٣", "８", "8_0", "٨", " 8", "+8", "8.", "0x8"])
+def test_gpus_takes_ascii_digits_only(capsys, gpus):
+    err = refused(capsys, "--model-size", "1GB", "--gpus", gpus)
+    assert "--gpus must be a whole number in digits 0-9" in err
+
+
+@pytest.mark.parametrize("size", ["١GB", "８GB", "8_0", "1\u2003GB"])
+def test_model_size_takes_ascii_digits_only(capsys, size):
+    assert "argument --model-size" in refused(capsys, "--model-size", size, "--gpus", "8")
+
+
+@pytest.mark.parametrize("gpus, message", [
+    ("-8", "at least 1"), ("0", "at least 1"), ("1000000001", "at most 1,000,000,000"),
+    ("9" * 100_000, "at most 1,000,000,000, got a number of 100000 digits"),
+])
+def test_gpus_bounds(capsys, gpus, message):
+    err = refused(capsys, "--model-size", "1GB", "--gpus", gpus)
+    assert message in err and len(err) < 200
+
+
+def test_gpus_at_the_bound_works(capsys):
+    status, out, _ = run_main(capsys, "--model-size", "1GB", "--gpus", "1000000000", "--json")
+    assert status == 0 and json.loads(out)["num_gpus"] == 10**9
+
+
+def strict_json(text):
+    def no_constant(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=no_constant)
+
+
+@pytest.mark.parametrize("size, gpus", [("1e308", "2"), ("1e300", "1000000000"),
+                                        ("1.7e308", "2")])
+def test_figures_beyond_float_range_are_refused_not_printed_as_infinity(capsys, size, gpus):
+    for mode in (["--json"], []):
+        err = refused(capsys, "--model-size", size, "--gpus", gpus, *mode)
+        assert "dp_communication_volume_bytes beyond a float's range" in err
+
+
+@pytest.mark.parametrize("size", ["0", "1", "1.5GB", "1e300", "8.9e307", "1TiB"])
+@pytest.mark.parametrize("gpus", ["1", "2", "8", "1000000000"])
+def test_json_output_is_always_valid_json(capsys, size, gpus):
+    status, out, err = run_main(capsys, "--model-size", size, "--gpus", gpus, "--json")
+    if status == 0:
+        figures = strict_json(out)
+        assert figures["num_gpus"] == int(gpus)
+    else:
+        assert status == 2 and out == "" and "beyond a float's range" in err
+
+
+@pytest.mark.parametrize("args", [
+    ["--model-size", "-1GB", "--gpus", "8"], ["--model-size=-1GB", "--gpus", "8"],
+    ["--gpus", "8", "--model-size", "-1e9"], ["--model", "-0.5MB", "--gpus", "8"],
+    ["--model-size", "-.5", "--gpus", "8", "--json"], ["--model-size", "-1", "--gpus", "8"],
+])
+def test_negative_model_size_says_a_size_cannot_be_negative(capsys, args):
+    err = refused(capsys, *args)
+    assert "argument --model-size" in err and "cannot be negative" in err
+    assert "expected one argument" not in err
+
+
+def test_negative_model_size_from_the_shell():
+    result = run("--model-size", "-1GB", "--gpus", "8")
+    assert result.returncode == 2 and "a size cannot be negative" in result.stderr
+
+
+def test_huge_model_size_is_refused_at_once(capsys):
+    start = time.perf_counter()
+    err = refused(capsys, "--model-size", "0" * 100_000 + "!", "--gpus", "8")
+    assert time.perf_counter() - start < 0.5
+    assert "at most 64" in err and len(err) < 300

@@ -172,3 +172,104 @@ def test_huge_values_saturate_to_inf_not_crash():
     assert dp_communication_volume(1e300, 10**20) == math.inf
     assert dp_communication_volume(10**400, 2) == math.inf
     assert communication_reduction_factor(1, 10**400) == math.inf
+
+
+# The edges (issue 9, section 4): each test below failed before its fix.
+HUGE_GPUS = [10**20, 10**308, 10**400, 10**5000]
+
+
+@pytest.mark.parametrize("n", [2, 8] + HUGE_GPUS,
+                         ids=["2", "8", "1e20", "1e308", "1e400", "1e5000"])
+def test_zero_bytes_move_nothing_for_every_n(n):
+    # 2 (n - 1) * 0.0 once overflowed converting n to float and saturated to inf.
+    for size in [0, 0.0, np.float64(0.0), np.int64(0)]:
+        assert dp_communication_volume(size, n) == 0.0
+        assert ddp_communication_volume(size, n) == 0.0
+
+
+def test_tiny_size_times_huge_n_is_the_exact_product():
+    # n does not fit a float, but 2 (n - 1) P does: the exact product decides, not inf.
+    expected = float(2 * (10**400 - 1) * Fraction(1e-300))
+    assert dp_communication_volume(1e-300, 10**400) == expected
+    assert math.isclose(expected, 2e100, rel_tol=1e-12)
+    assert ddp_communication_volume(10**400, 10**400) == math.inf  # beyond range: inf
+
+
+@given(st.integers(min_value=-(10**600), max_value=10**600))
+def test_gpu0_multiplier_keeps_the_sign_of_n(n):
+    # The contract: float(n) for every integer n, saturated to inf with n's sign.
+    value = dp_gpu0_memory_multiplier(n)
+    try:
+        expected = float(n)
+    except OverflowError:
+        expected = math.inf if n > 0 else -math.inf
+    assert value == expected
+    assert math.copysign(1.0, value) == (1.0 if n >= 0 else -1.0)
+
+
+@pytest.mark.parametrize("n", [-(10**400), -(10**5000)], ids=["-1e400", "-1e5000"])
+def test_huge_negative_n(n):
+    # n <= 1: volumes 0.0 and factor 1.0; the GPU0 multiplier is float(n), saturated: -inf.
+    assert dp_gpu0_memory_multiplier(n) == -math.inf
+    assert ddp_gpu0_memory_multiplier(n) == 1.0
+    assert dp_communication_volume(1.5e9, n) == 0.0
+    assert ddp_communication_volume(1.5e9, n) == 0.0
+    assert communication_reduction_factor(1.5e9, n) == 1.0
+
+
+@pytest.mark.parametrize("zero", [-0.0, np.float64(-0.0), np.float32(-0.0)])
+@pytest.mark.parametrize("n", [1, 2, 8])
+def test_negative_zero_size_gives_positive_zero(zero, n):
+    for fn in VOLUME_FUNCTIONS:
+        assert math.copysign(1.0, fn(zero, n)) == 1.0, fn.__name__
+    assert math.copysign(1.0, dpcost.core.check_model_size_bytes(zero)) == 1.0
+
+
+@pytest.mark.parametrize("bad", [np.timedelta64(8), np.timedelta64(8, "s"),
+                                 np.datetime64(8, "D")])
+def test_numpy_times_are_not_numbers(bad):
+    # numpy registers timedelta64 as an integer type (numbers.Integral); a duration is refused.
+    for fn in SIZE_FUNCTIONS:
+        with pytest.raises(TypeError, match="num_gpus"):
+            fn(100, bad)
+        with pytest.raises(TypeError, match="model_size_bytes"):
+            fn(bad, 4)
+    for fn in GPU_ONLY_FUNCTIONS:
+        with pytest.raises(TypeError, match="num_gpus"):
+            fn(bad)
+
+
+def test_error_for_a_5000_digit_negative_size_names_the_parameter():
+    # Python refuses int -> str beyond 4300 digits; the message gives the digit count instead.
+    for fn in SIZE_FUNCTIONS:
+        with pytest.raises(ValueError, match=r"model_size_bytes must be >= 0, got -\(an "
+                                             r"integer of 5001 digits\)"):
+            fn(-(10**5000), 4)
+    with pytest.raises(ValueError, match=r"got -\(an integer of 5000 digits\)"):
+        dpcost.core.check_model_size_bytes(-(10**4999 + 1))
+
+
+def test_errors_show_bad_values_briefly_and_safely():
+    class BadRepr:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    with pytest.raises(TypeError, match="num_gpus .* BadRepr"):
+        dp_gpu0_memory_multiplier(BadRepr())
+    with pytest.raises(TypeError, match="model_size_bytes") as info:
+        dp_communication_volume("9" * 100_000, 4)
+    assert len(str(info.value)) < 200
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).max <= np.finfo(np.float64).max,
+                    reason="numpy.longdouble is a float64 on this platform")
+def test_finite_longdouble_beyond_float_range_says_so():
+    big = np.longdouble("1e4000")
+    assert np.isfinite(big)
+    for fn in SIZE_FUNCTIONS:
+        with pytest.raises(ValueError, match="model_size_bytes .* too large for a float") as info:
+            fn(big, 4)
+        assert "finite" not in str(info.value)
+        with pytest.raises(ValueError, match="model_size_bytes must be >= 0"):
+            fn(-big, 4)
+    assert dp_communication_volume(np.longdouble(2.5), 3) == 10.0  # in range: accepted

@@ -1,8 +1,12 @@
 import math
+import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from dpcost.units import format_bytes, parse_size
+from dpcost import units
+from dpcost.units import MAX_SIZE_TEXT, format_bytes, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -33,3 +37,52 @@ def test_parse_size_wants_a_string():
 ])
 def test_format_bytes(value, binary, expected):
     assert format_bytes(value, binary=binary) == expected
+
+
+# The edges (issue 9, section 4).
+def test_parse_size_refuses_long_text_at_once_and_names_the_limit():
+    for text in ["0" * 32_000 + "!", "0" * 100_000 + "!", "1" * 100_000, " " * 99_999 + "1"]:
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=f"at most {MAX_SIZE_TEXT} ") as info:
+            parse_size(text)
+        assert time.perf_counter() - start < 0.5
+        assert len(str(info.value)) < 200  # the message does not echo the whole text
+
+
+def test_parse_size_limit_is_exact():
+    assert MAX_SIZE_TEXT == 64
+    assert parse_size(" " * 59 + "1.5GB") == 1.5e9  # 64 characters
+    with pytest.raises(ValueError, match="at most 64"):
+        parse_size(" " * 60 + "1.5GB")
+
+
+def test_size_pattern_is_linear():
+    # Apart from the length bound: the old pattern [0-9]*\.?[0-9]+ split a run of digits every
+    # way before failing (32,000 digits and "!" took 23.6 s); 20,000 would take about 9 s.
+    start = time.perf_counter()
+    assert units._SIZE_PATTERN.fullmatch("0" * 20_000 + "!") is None
+    assert units._SIZE_PATTERN.fullmatch("0" * 20_000 + ".0" * 10_000 + "!") is None
+    assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize("text", ["-1GB", "-0.5", " -3 MB", "-.5", "-1e9", "-0"])
+def test_negative_size_says_it_cannot_be_negative(text):
+    with pytest.raises(ValueError, match="size .* cannot be negative"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["١٢٣", "８", "8_0", "1\u2003GB", "1\u00a0GB", "1.5\u2009"])
+def test_parse_size_takes_ascii_digits_and_spaces_only(text):
+    with pytest.raises(ValueError, match="size"):
+        parse_size(text)
+
+
+@given(st.text(alphabet="0123456789.eE+-_ kKMGTiB!١８\u2003", max_size=80))
+def test_parse_size_answers_a_float_or_a_value_error(text):
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        assert "size" in str(exc)
+    else:
+        assert type(value) is float and math.isfinite(value) and value >= 0
+        assert len(text) <= MAX_SIZE_TEXT and text.isascii()
