@@ -51,14 +51,15 @@ def parse_parameter_count(text: str) -> int:
     Plain numbers only (parsed with dpcost.units.parse_size): a unit such as "GB" is a size in
     bytes, not a count, so it is refused. ValueError names the text otherwise.
     """
+    shown = repr(text if not isinstance(text, str) or len(text) <= 40 else text[:37] + "...")
     if re.search(r"[a-df-zA-DF-Z]", text or ""):
-        raise ValueError(f"custom parameters {text!r}: give a plain count such as 1.5e9")
+        raise ValueError(f"custom parameters {shown}: give a plain count such as 1.5e9")
     try:
         value = parse_size(text)
     except (TypeError, ValueError):
-        raise ValueError(f"custom parameters {text!r} is not a number such as 1.5e9") from None
+        raise ValueError(f"custom parameters {shown} is not a number such as 1.5e9") from None
     if value < 1:
-        raise ValueError(f"custom parameters {text!r} must be at least 1")
+        raise ValueError(f"custom parameters {shown} must be at least 1")
     return int(round(value))
 
 

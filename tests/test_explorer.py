@@ -240,3 +240,15 @@ def test_format_seconds():
 def test_unknown_setting_is_refused():
     with pytest.raises(TypeError, match="unknown explorer setting"):
         Explorer(gpu=8)
+
+
+def test_a_huge_custom_count_is_refused_at_once_with_a_short_message():
+    import time
+
+    from dpcost.explorer import parse_parameter_count
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as info:
+        parse_parameter_count("9" * 100_000 + "!")
+    assert time.perf_counter() - start < 0.5
+    assert len(str(info.value)) < 120 and "..." in str(info.value)
