@@ -47,7 +47,8 @@ def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 
                          f"would swamp a smaller model), got {model_bytes!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    known = ("ddp", "dp", "ddp-plain", "ddp-counted", "ddp-profiler")
+    known = ("ddp", "dp", "dp-nccl", "ddp-plain", "ddp-counted", "ddp-profiler",
+             "ddp-timeline", "dp-timeline", "dp-nccl-timeline")
     unknown = [s for s in scenarios if s not in known]
     if unknown or not scenarios:
         raise ValueError(f"scenarios must be among {known}, got {list(scenarios)!r}")

@@ -30,7 +30,7 @@ from dpcost.measure.worker import FAULTS
 
 PROG = "python -m dpcost.measure"
 
-CHOICES = ("ddp", "dp", "dataparallel-cuda", "all")
+CHOICES = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "all")
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -72,8 +72,9 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=_at_least(1), default=10,
                         help="measured iterations after 2 warm-up ones (default 10)")
     parser.add_argument("--scenario", choices=CHOICES, default="all",
-                        help="what to measure (default all: ddp, dp, and dataparallel-cuda "
-                             "when 2 or more GPUs are present)")
+                        help="what to measure (default all: ddp, dp (DataParallel's copy "
+                             "path, a star), dp-nccl (its NCCL path, a pipelined chain), and "
+                             "dataparallel-cuda when 2 or more GPUs are present)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--counter", choices=COUNTERS, default="auto",
                         help="auto: TCP_INFO on gloo, torch.profiler's collective records on nccl")
@@ -160,7 +161,8 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
-    wanted = ["ddp", "dp", "dataparallel-cuda"] if args.scenario == "all" else [args.scenario]
+    wanted = (["ddp", "dp", "dp-nccl", "dataparallel-cuda"] if args.scenario == "all"
+              else [args.scenario])
     distributed = [s for s in wanted if s != "dataparallel-cuda"]
     problem = _preflight(args, distributed)
     if problem:

@@ -28,7 +28,8 @@ BYTES_PER_PARAM_BYTE = {"ddp": lambda n: 3 * n, "dp": lambda n: 3 * n - 1}
 
 def estimated_memory_bytes(param_bytes: float, ranks: int, scenarios) -> float:
     """Bytes of tensors that ``ranks`` local ranks hold at the peak of the largest scenario."""
-    factors = [BYTES_PER_PARAM_BYTE[s.split("#")[0].split("-")[0]](ranks) for s in scenarios]
+    factors = [BYTES_PER_PARAM_BYTE["ddp" if s.startswith("ddp") else "dp"](ranks)
+               for s in scenarios]
     return max(factors, default=0) * param_bytes
 
 

@@ -6,6 +6,9 @@ Predictions per rank and per iteration, from ``dpcost.core`` (P = gradient bytes
   (gloo's ring all-reduce: reduce-scatter then all-gather).
 - dp: rank 0 sends and receives ``dp_communication_volume(P, n) / 2`` = (n - 1) P (the
   parameters out to n - 1 ranks, their gradients back); every other rank sends and receives P.
+  This is DataParallel's copy path, the one the five functions model.
+- dp-nccl: DataParallel's NCCL path, a pipelined chain (``chain.py``): rank 0 and the last rank
+  send and receive P, every rank between them 2P.
 
 Both patterns move the same total, sum over ranks of sent = 2 (n - 1) P. The busiest link is
 busy n times longer under DP: DP's rank 0 sends (n - 1) P before forward and receives (n - 1) P
@@ -20,7 +23,8 @@ from __future__ import annotations
 from dpcost.core import ddp_communication_volume, dp_communication_volume
 from dpcost.units import format_bytes
 
-SCENARIOS = ("ddp", "dp", "dataparallel-cuda")
+SCENARIOS = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "ddp-timeline", "dp-timeline",
+             "dp-nccl-timeline")
 
 
 def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: int) -> tuple:
@@ -28,7 +32,10 @@ def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: in
     if scenario.startswith("ddp"):
         per_rank = ddp_communication_volume(param_bytes, world_size)
         return per_rank, per_rank
-    if scenario in ("dp", "dataparallel-cuda"):
+    if scenario.startswith("dp-nccl"):  # the chain: see dpcost/measure/chain.py
+        links = (rank > 0) + (rank < world_size - 1)  # 1 at either end, 2 in the middle
+        return float(links * param_bytes), float(links * param_bytes)
+    if scenario in ("dp", "dp-timeline", "dataparallel-cuda"):
         if rank == 0:
             gpu0_each_way = dp_communication_volume(param_bytes, world_size) / 2
             return gpu0_each_way, gpu0_each_way
@@ -54,18 +61,26 @@ def scenario_rows(scenario: str, results: list, param_bytes: float, world_size: 
     return rows
 
 
-def link_busy_bytes(scenario: str, sent: float, received: float) -> float:
+def link_busy_bytes(scenario: str, sent: float, received: float, rank: int = 0,
+                    world_size: int = 2) -> float:
     """Bytes' worth of time a rank's full-duplex link is busy: see the module docstring.
 
     dp: sent + received (parameters out, then gradients in: sequential phases);
-    ddp: max(sent, received) (the ring sends and receives at once).
+    ddp: max(sent, received) (the ring sends and receives at once);
+    dp-nccl: a rank in the middle of the chain receives and forwards at once, so its link is
+    busy for (sent + received) / 2; at either end, sent + received (2P for every rank).
     """
-    return max(sent, received) if scenario.startswith("ddp") else sent + received
+    if scenario.startswith("ddp"):
+        return max(sent, received)
+    if scenario.startswith("dp-nccl"):
+        return (sent + received) / ((rank > 0) + (rank < world_size - 1))
+    return sent + received
 
 
 def scenario_totals(scenario: str, rows: list, param_bytes: float, world_size: int) -> dict:
     """Sums over ranks and the busiest link (the rank whose link is busy longest)."""
-    busy = [link_busy_bytes(scenario, row["sent_bytes"], row["received_bytes"]) for row in rows]
+    busy = [link_busy_bytes(scenario, row["sent_bytes"], row["received_bytes"], row["rank"],
+                            world_size) for row in rows]
     busiest = max(range(len(rows)), key=busy.__getitem__)
     return {
         "sent_bytes": sum(row["sent_bytes"] for row in rows),
@@ -100,9 +115,11 @@ def build_report(config, param_bytes: int, per_rank: list, skipped: dict | None 
         "remainder_explained": "gloo frames every message with a header of a few hundred "
                                "bytes, and the barrier that closes the window adds a few more",
     }
-    if "ddp" in totals and "dp" in totals:
-        report["busiest_link_ratio_dp_over_ddp"] = (
-            totals["dp"]["busiest_link_busy_bytes"] / totals["ddp"]["busiest_link_busy_bytes"])
+    for dp, key in (("dp", "busiest_link_ratio_dp_over_ddp"),
+                    ("dp-nccl", "busiest_link_ratio_dp_nccl_over_ddp")):
+        if "ddp" in totals and dp in totals:
+            report[key] = (totals[dp]["busiest_link_busy_bytes"]
+                           / totals["ddp"]["busiest_link_busy_bytes"])
     return report
 
 
@@ -144,6 +161,10 @@ def render_table(report: dict) -> str:
         lines += ["", f"DP's busiest link is busy {ratio:.3f}x as long as DDP's (the five "
                       f"functions say n = {n}): dp rank 0's sent + received (sequential phases) "
                       "against a ring rank's max(sent, received) (full duplex)."]
+    if "busiest_link_ratio_dp_nccl_over_ddp" in report:
+        ratio = report["busiest_link_ratio_dp_nccl_over_ddp"]
+        lines += [f"On DataParallel's NCCL path (dp-nccl, a pipelined chain) the busiest link is "
+                  f"busy {ratio:.3f}x as long as DDP's: n/(n-1) = {n / (n - 1):.3f}."]
     lines.append("Extra B = measured - predicted: " + report["remainder_explained"] + ".")
     for name, why in report["skipped"].items():
         lines.append(f"{name} skipped: {why}")

@@ -16,6 +16,7 @@ with ReLU between them, so its gradient bytes are P = 4 * depth * (width^2 + wid
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -84,6 +85,18 @@ class DDPScenario:
         self.optimizer.step()
 
 
+class NullRecorder:
+    """Records nothing: the plain scenarios' stand-in for ``timed.Recorder``."""
+
+    iteration = 0
+
+    def add(self, lane, name, start, end=None):
+        pass
+
+    def span(self, lane, name):
+        return contextlib.nullcontext()
+
+
 class DPPatternScenario:
     """DataParallel's star on processes: rank 0 sends parameters out and sums gradients in."""
 
@@ -95,42 +108,63 @@ class DPPatternScenario:
         for p in params:
             p.grad = torch.zeros_like(p)
         self.flat_grads = _flatten_into_views([p.grad for p in params])
-        # Rank 0 keeps one landing buffer per other rank, as GPU0 holds their gradient copies.
-        self.inbox = ([torch.empty_like(self.flat_grads) for _ in range(world_size - 1)]
-                      if rank == 0 else [])
+        self._make_inbox()
         self.optimizer = torch.optim.SGD(params, lr=LEARNING_RATE) if rank == 0 else None
         self.logical_sent = self.logical_received = 0  # bytes handed to send / recv
+        self.recorder = NullRecorder()  # timed.py's scenarios put a real one here
 
-    def step(self, iteration, progress):
-        nbytes = self.flat_params.nbytes
-        others = range(1, self.world_size)
-        progress(iteration, "parameter exchange")
-        if self.rank == 0:  # replicate: GPU0 sends the parameters to every other GPU
+    def _make_inbox(self):
+        # Rank 0 keeps one landing buffer per other rank, as GPU0 holds their gradient copies.
+        self.inbox = ([torch.empty_like(self.flat_grads) for _ in range(self.world_size - 1)]
+                      if self.rank == 0 else [])
+
+    def _send_params(self):
+        """replicate: GPU0 sends the parameters to every other GPU."""
+        nbytes, others = self.flat_params.nbytes, range(1, self.world_size)
+        if self.rank == 0:
             for request in [dist.isend(self.flat_params, dst) for dst in others]:
                 request.wait()
             self.logical_sent += nbytes * (self.world_size - 1)
         else:
             dist.recv(self.flat_params, src=0)
             self.logical_received += nbytes
-        progress(iteration, "forward")
-        loss = self.model(_batch(self.width, self.rank, iteration, self.device)).square().mean()
-        progress(iteration, "backward")
-        self.flat_grads.zero_()
-        loss.backward()
-        progress(iteration, "gradient exchange")
-        if self.rank == 0:  # reduce-add: every other GPU's gradients come back to GPU0
+
+    def _reduce_grads(self):
+        """reduce-add: every other GPU's gradients come back to GPU0, which sums them."""
+        nbytes, others = self.flat_grads.nbytes, range(1, self.world_size)
+        if self.rank == 0:
             requests = [dist.irecv(box, src) for src, box in zip(others, self.inbox, strict=True)]
             for request in requests:
                 request.wait()
             for box in self.inbox:
                 self.flat_grads.add_(box)
-            self.flat_grads.div_(self.world_size)  # the mean over the whole batch, as DDP's
             self.logical_received += nbytes * (self.world_size - 1)
-            progress(iteration, "optimizer step")
-            self.optimizer.step()
         else:
             dist.send(self.flat_grads, dst=0)
             self.logical_sent += nbytes
+
+    def step(self, iteration, progress):
+        record = self.recorder
+        record.iteration = iteration
+        progress(iteration, "parameter exchange")
+        with record.span("comm", "parameters out"):
+            self._send_params()
+        progress(iteration, "forward")
+        with record.span("compute", "forward"):
+            loss = self.model(_batch(self.width, self.rank, iteration, self.device))
+            loss = loss.square().mean()
+        progress(iteration, "backward")
+        self.flat_grads.zero_()
+        with record.span("compute", "backward"):
+            loss.backward()
+        progress(iteration, "gradient exchange")
+        with record.span("comm", "gradients in"):
+            self._reduce_grads()
+        if self.rank == 0:
+            self.flat_grads.div_(self.world_size)  # the mean over the whole batch, as DDP's
+            progress(iteration, "optimizer step")
+            with record.span("compute", "optimizer step"):
+                self.optimizer.step()
 
 
 def dataparallel_cuda(width: int, depth: int, steps: int = 10, warmup: int = 2) -> list:

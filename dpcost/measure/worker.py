@@ -117,6 +117,17 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     elif kind == "dp":
         scenario = scenarios.DPPatternScenario(config.width, config.depth, rank,
                                                config.world_size, device=device)
+    elif kind == "dp-nccl":
+        from dpcost.measure.chain import DPChainScenario
+
+        scenario = DPChainScenario(config.width, config.depth, rank, config.world_size,
+                                   device=device)
+    elif kind in TIMED:
+        from dpcost.measure import timed
+
+        cls = getattr(timed, TIMED[kind])
+        scenario = (cls(config.width, config.depth, rank, device=device) if kind.startswith("ddp")
+                    else cls(config.width, config.depth, rank, config.world_size, device=device))
     else:
         raise ValueError(f"unknown scenario {name!r}")
     for iteration in range(config.warmup):
@@ -134,6 +145,9 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         profiler.__enter__()
     progress(config.warmup, "snapshot barrier")
     wire_before, read_before_s = _snapshot(exclude_port, wire["ok"])
+    recorder = getattr(scenario, "recorder", None)
+    if recorder is not None:
+        recorder.on = True  # the measured iterations only (warm-up and set-up left out)
     hook = scenario.hook if kind == "ddp-counted" else None
     hook_before = (hook.bytes, hook.buckets) if hook else (0, 0)
     logical_before = (scenario.logical_sent, scenario.logical_received)
@@ -171,6 +185,11 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         "logical_sent_bytes": (scenario.logical_sent - logical_before[0]) / steps,
         "logical_received_bytes": (scenario.logical_received - logical_before[1]) / steps,
     }
+    if kind in TIMED:
+        result["timeline"] = [list(event) for event in recorder.events]
+        result["clock"] = "time.perf_counter_ns (CLOCK_MONOTONIC: one clock for the machine)"
+        if hasattr(scenario, "allreduce_calibration"):
+            result["allreduce_calibration"] = scenario.allreduce_calibration
     if hook is not None:
         hook_bytes = (hook.bytes - hook_before[0]) / steps
         result["hook_bytes"] = hook_bytes  # S summed over buckets: must equal P exactly
@@ -217,6 +236,9 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     return result
 
 
+# The timed scenarios (dpcost/measure/timed.py) and their classes.
+TIMED = {"ddp-timeline": "TimedDDPScenario", "dp-timeline": "TimedDPPatternScenario",
+         "dp-nccl-timeline": "TimedDPChainScenario"}
 COUNTED_STEPS = 2  # the hook's count is the same every steady-state iteration: P
 
 

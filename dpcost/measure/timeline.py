@@ -1,0 +1,170 @@
+"""Read a measured timeline: exposed communication, the overlap model, and a Chrome trace.
+
+A timed scenario's result (``dpcost/measure/timed.py``) holds ``timeline``: events
+``[iteration, lane, name, start_ns, end_ns]`` with lanes "compute" (forward, backward, optimizer
+step), "comm" (each bucket all-reduce; DP's parameters out and gradients in) and "grad" (a
+parameter's gradient ready: start = end). Torch-free.
+
+Exposed communication of an iteration = the time during which communication runs and compute
+does not: the length of (union of comm intervals) minus (union of compute intervals). Under DDP
+the ``loss.backward()`` call lasts until DDP has waited for every bucket, so its compute part
+is taken to end at the last gradient ready; what follows is the exposed tail.
+
+The overlap model predicts that tail from when each bucket was handed to the all-reduce, r_k,
+and an α-β cost per all-reduce of S_k bytes, t(S) = a + b·S (fitted on this machine): all-reduces
+run one after another (one gloo thread per process group), so bucket k completes at
+c_k = max(r_k, c_{k-1}) + t(S_k), and the exposed tail is c_K - (last gradient ready).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+LANES = ("compute", "comm", "grad")
+
+
+def by_iteration(events: list) -> dict:
+    """{iteration: [(lane, name, start_ns, end_ns), ...]} in time order."""
+    iterations = {}
+    for iteration, lane, name, start, end in events:
+        iterations.setdefault(iteration, []).append((lane, name, start, end))
+    return {i: sorted(evs, key=lambda e: e[2]) for i, evs in sorted(iterations.items())}
+
+
+def _union_length(intervals) -> int:
+    total, current_start, current_end = 0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def _subtract(intervals, holes):
+    """Length of the union of ``intervals`` minus the part covered by ``holes``."""
+    cut = []
+    for start, end in intervals:
+        pieces = [(start, end)]
+        for hole_start, hole_end in holes:
+            pieces = [piece for s, e in pieces for piece in
+                      ((s, min(e, hole_start)), (max(s, hole_end), e)) if piece[1] > piece[0]]
+        cut.extend(pieces)
+    return _union_length(cut)
+
+
+def compute_intervals(events) -> list:
+    """Compute spans of one iteration; backward ends at the last gradient ready if any."""
+    ready = [start for lane, _, start, _ in events if lane == "grad"]
+    spans = []
+    for lane, name, start, end in events:
+        if lane != "compute":
+            continue
+        if name == "backward" and ready:
+            end = min(end, max(ready))
+        spans.append((start, end))
+    return spans
+
+
+def iteration_summary(events) -> dict:
+    """Seconds of one iteration: step, compute, communication, exposed communication."""
+    comm = [(start, end) for lane, _, start, end in events if lane == "comm"]
+    compute = compute_intervals(events)
+    first = min(start for _, _, start, _ in events)
+    last = max(end for _, _, _, end in events)
+    exposed = _subtract(comm, compute)
+    comm_total = _union_length(comm)
+    return {"step_s": (last - first) / 1e9, "compute_s": _union_length(compute) / 1e9,
+            "comm_s": comm_total / 1e9, "exposed_comm_s": exposed / 1e9,
+            "exposed_fraction": exposed / comm_total if comm_total else 0.0}
+
+
+def summary(events) -> dict:
+    """The median of ``iteration_summary`` over the measured iterations."""
+    rows = [iteration_summary(evs) for evs in by_iteration(events).values()]
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+
+
+def bucket_events(events) -> list:
+    """(start_ns, end_ns, bytes) of each bucket all-reduce, in the order DDP launched them."""
+    out = []
+    for lane, name, start, end in events:
+        if lane == "comm" and name.startswith("bucket "):
+            out.append((start, end, int(name.split("(")[1].split(" ")[0])))
+    return sorted(out)
+
+
+def fit_alpha_beta(sizes_bytes, seconds) -> tuple[float, float]:
+    """Least-squares a, b of t = a + b·S over measured (S, t) pairs: seconds, seconds per byte."""
+    n = len(sizes_bytes)
+    if n < 2 or len(set(sizes_bytes)) < 2:
+        raise ValueError("sizes_bytes needs at least two different sizes")
+    mean_s, mean_t = sum(sizes_bytes) / n, sum(seconds) / n
+    b = sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes_bytes, seconds, strict=True)) / sum(
+        (s - mean_s) ** 2 for s in sizes_bytes)
+    return max(mean_t - b * mean_s, 0.0), b
+
+
+def predicted_exposed_s(ready_ns, sizes_bytes, a: float, b: float, last_ready_ns: int) -> float:
+    """The overlap model's exposed tail in seconds (module docstring): c_K - last ready."""
+    if len(ready_ns) != len(sizes_bytes):
+        raise ValueError("ready_ns and sizes_bytes must have one entry per bucket")
+    done = None
+    for ready, size in zip(ready_ns, sizes_bytes, strict=True):
+        start = ready if done is None else max(ready, done)
+        done = start + (a + b * size) * 1e9
+    return max(0.0, (done - last_ready_ns) / 1e9) if done is not None else 0.0
+
+
+def predicted_ddp_exposed(events, a: float, b: float) -> float:
+    """Median over iterations of the overlap model's exposed tail for a DDP timeline."""
+    values = []
+    for evs in by_iteration(events).values():
+        buckets = bucket_events(evs)
+        ready = [start for lane, _, start, _ in evs if lane == "grad"]
+        values.append(predicted_exposed_s([s for s, _, _ in buckets],
+                                          [size for _, _, size in buckets], a, b, max(ready)))
+    return statistics.median(values)
+
+
+def chrome_trace(timelines: dict, iterations=None) -> dict:
+    """Chrome / Perfetto trace-event JSON for ``{label: [rank 0's events, rank 1's, ...]}``.
+
+    One process per (label, rank), one thread per lane; complete events ("ph": "X") with
+    microsecond times from the earliest event, instants ("ph": "i") for gradients ready.
+    Open the file in https://ui.perfetto.dev or chrome://tracing.
+    """
+    origin = min(event[3] for ranks in timelines.values() for events in ranks for event in events)
+    trace = []
+    pid = 0
+    for label, ranks in timelines.items():
+        for rank, events in enumerate(ranks):
+            trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                          "args": {"name": f"{label} rank {rank}"}})
+            for tid, lane in enumerate(LANES):
+                trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                              "args": {"name": lane}})
+            for iteration, lane, name, start, end in events:
+                if iterations is not None and iteration not in iterations:
+                    continue
+                common = {"name": name, "pid": pid, "tid": LANES.index(lane),
+                          "ts": (start - origin) / 1e3, "args": {"iteration": iteration}}
+                if lane == "grad":
+                    trace.append({**common, "ph": "i", "s": "t"})
+                else:
+                    trace.append({**common, "ph": "X", "dur": (end - start) / 1e3})
+            pid += 1
+    return {"traceEvents": trace, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(path, timelines: dict, iterations=None) -> dict:
+    """Write ``chrome_trace(...)`` to ``path`` as JSON; returns the trace."""
+    trace = chrome_trace(timelines, iterations)
+    with open(path, "w") as file:
+        json.dump(trace, file)
+    return trace
