@@ -546,14 +546,14 @@ def format_memory_table(model: ModelPreset, configs, optimizer: str = "adam",
     mode = _precision(precision, dtype)
     scale = scales[unit]
     header = (f"{'n':>3} {'batch':>6}  {'GPU':<9}"
-              + "".join(f"{_SHORT_NAMES[c]:>9}" for c in COMPONENTS) + f"{'total':>10}  ratio")
+              + "".join(f"{_SHORT_NAMES[c]:>10}" for c in COMPONENTS) + f"{'total':>10}  ratio")
     lines = [f"{model.name}, {mode}, {optimizer}, {attention} attention: {unit} (decimal) held "
              "per GPU during one step", header, "-" * len(header)]
     for n, batch in configs:
         memory = memory_per_gpu(model, n, batch, optimizer, mode, attention=attention)
         ratio = total_bytes(memory["dp_gpu0"]) / total_bytes(memory["ddp_rank"])
         for gpu, components in memory.items():
-            cells = "".join(f"{components[c] / scale:9.3f}" for c in COMPONENTS)
+            cells = "".join(f"{components[c] / scale:10.3f}" for c in COMPONENTS)
             tail = f"  {ratio:.3f}x" if gpu == "dp_gpu0" else ""
             lines.append(f"{n:>3} {batch:>6}  {_GPU_NAMES[gpu]:<9}{cells}"
                          f"{total_bytes(components) / scale:10.3f}{tail}")
