@@ -94,6 +94,7 @@ __all__ = [
     "ddp_bucket_buffer_bytes",
     "dp_reduce_buffer_bytes",
     "model_state_bytes_per_rank",
+    "rank_memory",
     "fits",
     "fit_verdicts",
     "format_precision_table",
@@ -474,6 +475,30 @@ def dp_reduce_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
     """
     _check_model(model)
     return float(model.parameters * PRECISION_MODES[_precision(precision, dtype)].gradient_bytes)
+
+
+def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: str = "ddp",
+                optimizer: str = "adam", precision: str = "mixed", *, attention: str = "eager",
+                gradient_as_bucket_view: bool = False) -> dict[str, float]:
+    """Bytes one data-parallel rank holds under ``strategy``, with ``COMPONENTS``' keys.
+
+    Model states from ``model_state_bytes_per_rank``; activations, outputs and loss for b/n
+    samples as a DDP rank's. "DDP bucket copy": N g for ``ddp`` and ``zero1``
+    (``ZeroRedundancyOptimizer`` runs under DDP, whose reducer still copies the gradients, 0 with
+    ``gradient_as_bucket_view=True``); 0 for ``zero2``/``zero3`` (FSDP reduce-scatters its own
+    flat gradients instead). "DP reduce buffer" is 0. With ``strategy="ddp"`` this is
+    ``memory_per_gpu(...)["ddp_rank"]``. Left out for FSDP: the all-gathered parameters and the
+    unsharded gradients of the unit being computed (transient, one unit's worth).
+    """
+    _check_model(model)
+    n = check_num_gpus(num_gpus)
+    ddp = memory_per_gpu(model, n, batch_size, optimizer, precision, attention=attention,
+                         gradient_as_bucket_view=gradient_as_bucket_view)["ddp_rank"]
+    states = model_state_bytes_per_rank(model.parameters, n, strategy, precision, optimizer)
+    out = {**ddp, **states}
+    if strategy in ("zero2", "zero3"):
+        out["DDP bucket copy"] = 0.0
+    return {c: out[c] for c in COMPONENTS}
 
 
 # --- does it fit ----------------------------------------------------------------------------

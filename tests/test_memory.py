@@ -24,6 +24,7 @@ from dpcost.memory import (
     memory_per_gpu,
     model_state_bytes_per_parameter,
     model_state_bytes_per_rank,
+    rank_memory,
     resnet50_activation_bytes,
     total_bytes,
     transformer_layer_activation_bytes,
@@ -236,6 +237,24 @@ def test_zero_stages_other_modes_and_one_rank():
     llama = MODELS["Llama-2 70B"].parameters
     assert not fits(sum(model_state_bytes_per_rank(llama, 8, "zero1").values()), 80e9)
     assert fits(sum(model_state_bytes_per_rank(llama, 64, "zero3").values()), 80e9)
+
+
+def test_rank_memory_per_strategy_by_hand():
+    # 1000 parameters, 4 ranks, batch 8, mixed Adam (2 + 2 + 12), a 2-byte gradient copy,
+    # custom activations 400 * 2/4 per sample * 2 samples, outputs 8 * 10 * 2 / 4 per rank.
+    rows = {s: list(rank_memory(TOY, 4, 8, s).values()) for s in STRATEGIES}
+    assert rows == {
+        "ddp": [2000.0, 2000.0, 12000.0, 2000.0, 0.0, 400.0, 40.0, 80.0],
+        "zero1": [2000.0, 2000.0, 3000.0, 2000.0, 0.0, 400.0, 40.0, 80.0],
+        "zero2": [2000.0, 500.0, 3000.0, 0.0, 0.0, 400.0, 40.0, 80.0],
+        "zero3": [500.0, 500.0, 3000.0, 0.0, 0.0, 400.0, 40.0, 80.0],
+    }
+    gpt2 = MODELS["GPT-2 small"]
+    assert rank_memory(gpt2, 8, 32, "ddp", "adam", "bf16", attention="sdpa") == memory_per_gpu(
+        gpt2, 8, 32, "adam", "bf16", attention="sdpa")["ddp_rank"]
+    assert rank_memory(TOY, 4, 8, "zero1", gradient_as_bucket_view=True)["DDP bucket copy"] == 0
+    with pytest.raises(ValueError, match="strategy"):
+        rank_memory(TOY, 4, 8, "fsdp")
 
 
 def test_fit_verdicts():
