@@ -75,9 +75,10 @@ def test_mixed_precision_master_copy_and_adam_measured():
 
 
 class FusedDropout(nn.Module):
-    """Dropout as CUDA runs it: ``at::dropout`` takes ``native_dropout`` (a bool mask) when
-    ``is_fused_kernel_acceptable`` (CUDA input); on CPU ``F.dropout`` multiplies by a noise
-    tensor of the input's dtype instead, so this calls ``torch.native_dropout`` directly."""
+    """Dropout as CUDA runs it. ``aten/src/ATen/native/Dropout.cpp: dropout`` takes the fused
+    ``native_dropout`` (which saves a bool mask) only when ``is_fused_kernel_acceptable``: a
+    CUDA/XPU/lazy/privateuse1 input. On CPU ``F.dropout`` multiplies by a noise tensor of the
+    input's dtype instead, so this calls ``torch.native_dropout`` directly."""
 
     def __init__(self, p):
         super().__init__()
