@@ -34,6 +34,8 @@ COMPONENT_COLORS = {
     "parameters": "#4c72b0",
     "gradients": "#55a868",
     "optimizer state": "#8172b2",
+    "DDP bucket copy": "#64b5cd",
+    "DP reduce buffer": "#8c8c8c",
     "activations": "#ccb974",
     "outputs": "#dd8452",
     "loss and output grads": "#c44e52",

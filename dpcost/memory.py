@@ -1,118 +1,430 @@
-"""What each GPU holds during one training step under DataParallel (DP) and DDP.
+"""What each GPU holds during one training step under DataParallel (DP), DDP and ZeRO/FSDP.
 
-Symbols: n GPUs, b the global batch, N parameters, w bytes per element of ``dtype``,
-O = b * (output elements per sample) * w the bytes of the whole batch's outputs.
+Symbols: n GPUs, b the global batch, N parameters, O the bytes of the whole batch's outputs.
+Every figure is in bytes. Each GPU's components count the tensors held at some point of the
+step, summed: a simple upper bound on the peak, not a trace of the allocator.
+
+Precision modes (``PRECISION_MODES``; bytes per parameter with Adam):
+
+==========  ======  =====  ===============================  =====  ===========================
+mode        params  grads  optimizer state                  total  source
+==========  ======  =====  ===============================  =====  ===========================
+``fp32``    4       4      8: two fp32 moments              16     torch/optim/adam.py
+``mixed``   2       2      12: fp32 master + two moments    16     ZeRO paper (Rajbhandari et
+                                                                   al. 2020) Sec. 3.1
+``bf16``    2       2      4: two bf16 moments              8      torch/optim/adam.py, measured
+``fp16``    2       2      4: two fp16 moments              8      as bf16 (pure fp16)
+==========  ======  =====  ===============================  =====  ===========================
+
+``mixed`` is the ZeRO/Megatron/DeepSpeed layout: 16-bit parameters and gradients, and an fp32
+master copy that the optimizer updates. (``torch.autocast`` instead keeps fp32 parameters and
+gradients and casts weights per op: 4 + 4 + 8 = 16 B too, all-reducing fp32 gradients.) Pure
+bf16/fp16: ``torch.optim.Adam`` creates its moments with ``torch.zeros_like(param)``
+(``torch/optim/adam.py: _init_group``), so they take the parameters' dtype;
+``tests/test_memory_torch.py`` measures it on a real optimizer step. SGD keeps no state;
+SGD with momentum one ``momentum_buffer`` per parameter (``torch/optim/sgd.py``: ``clone`` of
+the gradient, so the parameters' dtype), plus the fp32 master copy in ``mixed``.
 
 Where DP puts things (torch/nn/parallel/):
 - ``data_parallel.py: DataParallel.forward`` calls ``replicate`` every forward, so GPUs 1..n-1
   hold a copy of the parameters during the step (``replicate.py: replicate`` ->
   ``_functions.py: Broadcast``). Their gradients are computed there and held until
-  ``Broadcast.backward`` -> ``ReduceAddCoalesced`` sums them onto GPU0's parameters.
+  ``Broadcast.backward`` -> ``ReduceAddCoalesced`` sums them onto GPU0.
+- ``_functions.py: ReduceAddCoalesced.forward`` returns ``comm.reduce_add_coalesced(...)``:
+  new, gradient-sized tensors on GPU0 (``comm.py: reduce_add_coalesced`` unflattens each summed
+  chunk into fresh outputs). While it runs, GPU0 holds both its own replica's gradients (an
+  input of the sum) and the summed result, which autograd then accumulates into ``.grad``:
+  the component "DP reduce buffer", N x gradient bytes, on GPU0 only.
 - the optimizer is built on the original module's parameters, so its state lives on GPU0 only.
 - ``scatter_gather.py: gather`` concatenates all n replicas' outputs on the output device
   (GPU0) and the loss is computed there; ``_functions.py: Gather.backward`` scatters the output
   gradient back, 1/n of it to each GPU.
 Under DDP every rank holds the same: its parameters, gradients, its own optimizer state, and
-activations, outputs and loss for its b/n samples.
+activations, outputs and loss for its b/n samples; plus "DDP bucket copy": with the default
+``gradient_as_bucket_view=False`` the reducer copies the gradients into flat all-reduce buckets,
+a second gradient-sized buffer (``torch/nn/parallel/distributed.py``, docstring of
+``gradient_as_bucket_view``: True makes gradients views into the buckets and saves "the total
+gradients size"). So DP's GPU0 and a DDP rank each hold the gradients twice at the peak.
 
 The loss term is 2 x the outputs: cross-entropy saves its log-softmax output for backward
 (``log_softmax`` backward uses its result) and produces the outputs' gradient, each as big as
-the outputs. Each component counts the tensors held at some point of the step, summed: a
-simple upper bound on the peak. Left out: the CUDA context (a few hundred MB per GPU), the
-caching allocator's fragmentation, cuDNN/cuBLAS workspaces, temporaries (the flattened buckets
-``broadcast_coalesced``/``reduce_add_coalesced`` build during ``replicate`` and backward),
-the input batch, buffers (BatchNorm running stats), a mixed-precision fp32 master copy, and
-DDP's gradient buckets (``ddp_bucket_buffer_bytes``: with the default
-``gradient_as_bucket_view=False`` they are a second copy of the gradients).
+the outputs. Activations: ``activation_bytes_per_sample`` (Korthikanti et al. 2022 for the
+transformer presets, with an attention switch; the feature maps for ResNet-50).
+
+Left out: the CUDA context (a few hundred MB per GPU), the caching allocator's fragmentation,
+cuDNN/cuBLAS workspaces, the 10 MiB flat chunks ``broadcast_coalesced``/``reduce_add_coalesced``
+build on the way, the input batch, buffers (BatchNorm running stats), and autocast's fp32
+log-softmax (the outputs and loss terms use the activations' width).
+
+Sharded model states (``model_state_bytes_per_rank``): ZeRO paper Sec. 5, Table 1 (Psi
+parameters, K optimizer bytes per parameter, Nd ranks): baseline (2 + 2 + K) Psi; ZeRO-1
+(P_os) 2 Psi + 2 Psi + K Psi / Nd; ZeRO-2 (P_os+g) 2 Psi + (2 + K) Psi / Nd; ZeRO-3
+(P_os+g+p, FSDP's FULL_SHARD) (2 + 2 + K) Psi / Nd.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+from dataclasses import dataclass
 
 from dpcost.core import check_num_gpus
-from dpcost.presets import DTYPE_BYTES, ModelPreset
+from dpcost.presets import MODELS, ModelPreset, transformer_activation_bytes_per_sample
 
 __all__ = [
+    "PrecisionMode",
+    "PRECISION_MODES",
+    "PRECISIONS",
+    "OPTIMIZERS",
+    "ATTENTIONS",
+    "STRATEGIES",
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "COMPONENTS",
+    "MODEL_STATE_COMPONENTS",
+    "TransformerShape",
+    "TRANSFORMER_SHAPES",
+    "model_state_bytes_per_parameter",
+    "transformer_layer_activation_parts",
+    "transformer_layer_activation_bytes",
+    "resnet50_activation_bytes",
+    "activation_bytes_per_sample",
     "memory_per_gpu",
     "gpu0_memory_ratio",
     "total_bytes",
     "ddp_bucket_buffer_bytes",
+    "dp_reduce_buffer_bytes",
+    "model_state_bytes_per_rank",
+    "rank_memory",
+    "fits",
+    "fit_verdicts",
+    "format_precision_table",
     "format_memory_table",
 ]
 
-# fp32 state per parameter: SGD none, momentum one buffer, Adam two moments (exp_avg, exp_avg_sq).
-OPTIMIZER_STATE_BYTES_PER_PARAM = {"sgd": 0, "sgd_momentum": 4, "adam": 8}
 
-COMPONENTS = ("parameters", "gradients", "optimizer state", "activations", "outputs",
-              "loss and output grads")
+@dataclass(frozen=True)
+class PrecisionMode:
+    """Bytes per element of each tensor kind under one precision mode, with the source."""
+
+    name: str
+    parameter_bytes: int  # the model's parameters (what forward reads)
+    gradient_bytes: int  # their gradients (what DDP all-reduces)
+    master_bytes: int  # an fp32 master copy the optimizer updates (mixed precision only)
+    state_bytes: int  # each optimizer moment / momentum buffer
+    activation_bytes: int  # each saved activation element; dropout masks are 1 byte in any mode
+    description: str
+    source: str
 
 
-def _check_inputs(model, num_gpus, batch_size, optimizer, dtype):
+PRECISION_MODES: dict[str, PrecisionMode] = {
+    "fp32": PrecisionMode(
+        "fp32", 4, 4, 0, 4, 4, "fp32 parameters, gradients, optimizer state and activations",
+        "torch/optim/adam.py: _init_group (exp_avg, exp_avg_sq = zeros_like(param))"),
+    "mixed": PrecisionMode(
+        "mixed", 2, 2, 4, 4, 2,
+        "bf16/fp16 parameters, gradients and activations; fp32 master weights and moments",
+        "ZeRO paper (Rajbhandari et al. 2020, arXiv:1910.02054) Sec. 3.1: 2 + 2 + K with "
+        "K = 12 for Adam (fp32 parameters, momentum, variance)"),
+    "bf16": PrecisionMode(
+        "bf16", 2, 2, 0, 2, 2, "pure bf16: parameters, gradients, optimizer state, activations",
+        "torch/optim/adam.py: _init_group, zeros_like(param) keeps bf16; measured in "
+        "tests/test_memory_torch.py"),
+    "fp16": PrecisionMode(
+        "fp16", 2, 2, 0, 2, 2, "pure fp16 (as bf16; rarely trained this way: no loss scaling)",
+        "torch/optim/adam.py: _init_group, zeros_like(param) keeps fp16"),
+}
+PRECISIONS = tuple(PRECISION_MODES)
+
+# Moments per parameter: SGD none, momentum one buffer, Adam two (exp_avg, exp_avg_sq).
+_MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
+OPTIMIZERS = tuple(_MOMENTS)
+ATTENTIONS = ("eager", "sdpa")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+
+# fp32 state per parameter: SGD none, momentum one buffer, Adam two moments (the fp32 mode).
+OPTIMIZER_STATE_BYTES_PER_PARAM = {o: 4 * k for o, k in _MOMENTS.items()}
+
+COMPONENTS = ("parameters", "gradients", "optimizer state", "DDP bucket copy",
+              "DP reduce buffer", "activations", "outputs", "loss and output grads")
+MODEL_STATE_COMPONENTS = ("parameters", "gradients", "optimizer state")
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+
+def _check_choice(name: str, value, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_model(model) -> ModelPreset:
     if not isinstance(model, ModelPreset):
         raise TypeError("model must be a dpcost.presets.ModelPreset (see MODELS or "
                         f"custom_model), got {type(model).__name__}")
-    n = check_num_gpus(num_gpus)
-    if n < 1:
-        raise ValueError(f"num_gpus must be >= 1, got {n}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__} "
-                        f"{batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    if optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_STATE_BYTES_PER_PARAM)}, "
-                         f"got {optimizer!r}")
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
-    return n, int(batch_size)
+    return model
+
+
+def _precision(precision, dtype) -> str:
+    """``dtype`` is the former name of ``precision`` (fp32/bf16/fp16 meant pure training)."""
+    if dtype is not None:
+        if precision is not None and precision != dtype:
+            raise TypeError(f"give precision or dtype, not both (precision={precision!r}, "
+                            f"dtype={dtype!r})")
+        return _check_choice("dtype", dtype, PRECISION_MODES)
+    return _check_choice("precision", "fp32" if precision is None else precision,
+                         PRECISION_MODES)
+
+
+# --- model states ---------------------------------------------------------------------------
+
+
+def model_state_bytes_per_parameter(precision: str = "fp32",
+                                    optimizer: str = "adam") -> dict[str, int]:
+    """Bytes per parameter of the model states: {"parameters", "gradients", "optimizer state"}.
+
+    optimizer state = master + moments x state bytes, moments 0 (SGD), 1 (momentum), 2 (Adam):
+    fp32 4 + 4 + 8 = 16 B with Adam, 4 + 4 + 4 with momentum, 4 + 4 + 0 with SGD; mixed
+    2 + 2 + 12 (Adam), 2 + 2 + 8 (momentum), 2 + 2 + 4 (SGD: the master copy); bf16/fp16
+    2 + 2 + 4 (Adam), 2 + 2 + 2 (momentum), 2 + 2 + 0 (SGD).
+    """
+    mode = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)]
+    moments = _MOMENTS[_check_choice("optimizer", optimizer, _MOMENTS)]
+    return {"parameters": mode.parameter_bytes, "gradients": mode.gradient_bytes,
+            "optimizer state": mode.master_bytes + moments * mode.state_bytes}
+
+
+def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = "ddp",
+                               precision: str = "mixed",
+                               optimizer: str = "adam") -> dict[str, float]:
+    """Model-state bytes per rank under DDP or ZeRO stage 1/2/3, by component.
+
+    ZeRO paper (Rajbhandari et al. 2020) Sec. 5 and Table 1, with p, g, k the bytes per
+    parameter of ``model_state_bytes_per_parameter`` (2, 2, 12 in ``mixed`` with Adam) and
+    N = ``parameters``, n = ``num_ranks``:
+
+    - ``ddp``: p N + g N + k N (the baseline, every rank the same);
+    - ``zero1`` (P_os; ``torch.distributed.optim.ZeroRedundancyOptimizer``): optimizer state /n;
+    - ``zero2`` (P_os+g; FSDP's SHARD_GRAD_OP): gradients /n too;
+    - ``zero3`` (P_os+g+p; FSDP's FULL_SHARD, ``fully_shard``): parameters /n too.
+
+    Smooth in N/n, as the paper: real implementations pad each shard to a multiple of n
+    elements (at most n-1 more). Left out: the all-gathered parameters of the unit being
+    computed (ZeRO-3/FSDP, transient), communication buffers and DDP's bucket copy
+    (``ddp_bucket_buffer_bytes``), which ZeRO-1 with DDP still holds.
+    """
+    n_params = _check_int("parameters", parameters, 0)
+    n = _check_int("num_ranks", num_ranks, 1)
+    _check_choice("strategy", strategy, STRATEGIES)
+    per = model_state_bytes_per_parameter(precision, optimizer)
+    stage = STRATEGIES.index(strategy)  # 0 ddp, 1 optimizer state, 2 + gradients, 3 + params
+    sharded = {"optimizer state": stage >= 1, "gradients": stage >= 2, "parameters": stage >= 3}
+    return {c: per[c] * n_params / (n if sharded[c] else 1) for c in MODEL_STATE_COMPONENTS}
+
+
+# --- activations ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """What the activation count needs: sequence length s, hidden size h, heads a, layers L."""
+
+    seq_len: int
+    hidden: int
+    heads: int
+    layers: int
+
+
+# The transformer presets' shapes, from the configs named in dpcost.presets.MODELS' sources;
+# tests/test_memory.py checks that each reproduces the preset's fp32 activation estimate.
+TRANSFORMER_SHAPES = {
+    "BERT-base": TransformerShape(512, 768, 12, 12),
+    "GPT-2 small": TransformerShape(1024, 768, 12, 12),
+    "GPT-2 XL": TransformerShape(1024, 1600, 25, 48),
+    "Llama-2 7B": TransformerShape(4096, 4096, 32, 32),
+    "Llama-2 13B": TransformerShape(4096, 5120, 40, 40),
+    "Llama-2 70B": TransformerShape(4096, 8192, 64, 80),
+}
+
+
+def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, batch: int = 1,
+                                       precision: str = "mixed",
+                                       attention: str = "eager") -> dict[str, float]:
+    """Bytes one transformer layer keeps for backward, in three parts.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+    (arXiv:2205.05198) Sec. 4.1: s b h (34 + 5 a s / h) bytes per layer with 16-bit activations.
+    Split by what each term is (s sequence, b batch, h hidden, a heads):
+
+    - 2-byte elements, 16 s b h + 2 a s^2 b of them: layer-norm inputs (2 x sbh), the QKV
+      input (sbh), Q and K (2 sbh), V (sbh), the output projection's input (sbh), the MLP's
+      input (sbh), the GeLU input and output (2 x 4 sbh); softmax output and its dropout's
+      output (2 a s^2 b);
+    - 1-byte dropout masks, 2 s b h + a s^2 b: after the attention projection and after the
+      MLP, and on the attention probabilities. 2 x 16 + 2 = 34, 2 x 2 + 1 = 5.
+
+    So ``elements`` = (16 sbh + 2 a s^2 b) x w, with w the mode's activation bytes (4 in fp32:
+    66 sbh + 9 a s^2 b in all), and ``dropout masks`` = 2 sbh + a s^2 b bytes in any mode (CUDA's
+    fused dropout, ``native_dropout``, keeps bool masks). ``attention="sdpa"``
+    (``F.scaled_dot_product_attention`` with the flash or memory-efficient kernel) stores no
+    s x s tensor: the a s^2 b terms drop out, the attention mask is regenerated from the RNG
+    state (FlashAttention, Dao et al. 2022, Sec. 3.1), and the kernel saves instead its output
+    (the projection's input, already counted) and the softmax ``logsumexp``: a s b fp32 values,
+    the part ``softmax stats`` (0 for eager). Left out: the layer norms' mean and rstd (4 s b
+    values per layer), which tests/test_memory_torch.py measures on top.
+    """
+    s = _check_int("seq_len", seq_len, 1)
+    h = _check_int("hidden", hidden, 1)
+    a = _check_int("heads", heads, 1)
+    b = _check_int("batch", batch, 1)
+    w = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)].activation_bytes
+    eager = _check_choice("attention", attention, ATTENTIONS) == "eager"
+    sbh, as2b = s * b * h, a * s * s * b
+    return {
+        "elements": float((16 * sbh + (2 * as2b if eager else 0)) * w),
+        "dropout masks": float(2 * sbh + (as2b if eager else 0)),
+        "softmax stats": 0.0 if eager else float(4 * a * s * b),
+    }
+
+
+def transformer_layer_activation_bytes(seq_len: int, hidden: int, heads: int, batch: int = 1,
+                                       precision: str = "mixed",
+                                       attention: str = "eager") -> float:
+    """Sum of ``transformer_layer_activation_parts``: bytes per layer kept for backward.
+
+    mixed/bf16 eager: s b h (34 + 5 a s / h); fp32 eager: s b h (66 + 9 a s / h); sdpa:
+    34 s b h + 4 a s b (16-bit) or 66 s b h + 4 a s b (fp32).
+    """
+    return float(sum(transformer_layer_activation_parts(seq_len, hidden, heads, batch,
+                                                        precision, attention).values()))
+
+
+def _resnet50_index_bytes(image_size: int) -> int:
+    """Bytes of the max-pool's int64 argmax indices (64 channels at side/4), any precision."""
+    side = image_size
+    for _ in range(2):  # the 7x7 stride-2 stem, then the 3x3 stride-2 max-pool
+        side = (side - 1) // 2 + 1
+    return 8 * 64 * side * side
+
+
+def resnet50_activation_bytes(image_size: int = 224, precision: str = "fp32") -> float:
+    """ResNet-50's bytes kept for backward per image: the feature maps at the mode's width.
+
+    ``dpcost.presets.resnet50_activation_bytes_per_sample`` counts E fp32 elements and the
+    max-pool's int64 indices I (8 bytes each at any precision): here E x w + I. (Under
+    ``torch.autocast`` batch norm runs in fp32; this treats every map as w bytes: an estimate.)
+    """
+    from dpcost.presets import resnet50_activation_bytes_per_sample
+
+    size = _check_int("image_size", image_size, 1)
+    w = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)].activation_bytes
+    index = _resnet50_index_bytes(size)
+    elements = (resnet50_activation_bytes_per_sample(size) - index) / 4
+    return float(elements * w + index)
+
+
+def _shape_of(model: ModelPreset):
+    """The preset's transformer shape, if ``model`` is that preset (same fp32 estimate)."""
+    shape = TRANSFORMER_SHAPES.get(model.name)
+    if shape is None:
+        return None
+    fp32 = transformer_activation_bytes_per_sample(shape.seq_len, shape.hidden, shape.heads,
+                                                   shape.layers)
+    return shape if model.activation_bytes_per_sample == fp32 else None
+
+
+def activation_bytes_per_sample(model: ModelPreset, precision: str = "fp32",
+                                attention: str = "eager") -> float:
+    """Bytes of activations one sample keeps for backward under ``precision`` and ``attention``.
+
+    - the transformer presets (``TRANSFORMER_SHAPES``): L x ``transformer_layer_activation_bytes``
+      at batch 1 (Korthikanti et al. 2022; ``attention`` eager or sdpa);
+    - ResNet-50 at 224 x 224: ``resnet50_activation_bytes`` (``attention`` does not apply);
+    - any other model (``custom_model``): its fp32 estimate x w / 4, as nothing says which of
+      its bytes are masks or attention scores.
+    """
+    _check_model(model)
+    _check_choice("precision", precision, PRECISION_MODES)
+    _check_choice("attention", attention, ATTENTIONS)
+    shape = _shape_of(model)
+    if shape is not None:
+        return shape.layers * transformer_layer_activation_bytes(
+            shape.seq_len, shape.hidden, shape.heads, 1, precision, attention)
+    resnet = MODELS["ResNet-50"]
+    if model.name == resnet.name and (model.activation_bytes_per_sample
+                                      == resnet.activation_bytes_per_sample):
+        return resnet50_activation_bytes(224, precision)
+    w = PRECISION_MODES[precision].activation_bytes
+    return model.activation_bytes_per_sample * w / 4
+
+
+# --- memory per GPU -------------------------------------------------------------------------
 
 
 def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer: str = "adam",
-                   dtype: str = "fp32") -> dict[str, dict[str, float]]:
+                   precision: str | None = None, *, attention: str = "eager",
+                   gradient_as_bucket_view: bool = False,
+                   dtype: str | None = None) -> dict[str, dict[str, float]]:
     """Bytes held during one training step, per GPU and per component.
 
-    Returns {"dp_gpu0": {...}, "dp_other": {...}, "ddp_rank": {...}}, each an insertion-ordered
-    dict component -> bytes with exactly these component keys in this order: "parameters",
-    "gradients", "optimizer state", "activations", "outputs", "loss and output grads".
-    (A component a GPU does not hold is present with 0.0.)
+    Returns {"dp_gpu0": {...}, "dp_other": {...}, "ddp_rank": {...}}, each a dict component ->
+    bytes with exactly the keys of ``COMPONENTS`` in that order (0.0 where a GPU holds none).
+    ``precision`` is one of ``PRECISION_MODES`` (default "fp32"); ``dtype`` is its former name,
+    kept for callers (its fp32/bf16/fp16 are the pure modes). ``batch_size`` is the global
+    batch b: DP scatters b/n samples to each GPU, each DDP rank holds b/n (a fraction when n
+    does not divide b: a smooth model). With p, g, k bytes per parameter
+    (``model_state_bytes_per_parameter``), A = ``activation_bytes_per_sample`` and O the whole
+    batch's outputs at the activations' width w:
 
-    ``batch_size`` is the global batch b: DP scatters b/n samples to each GPU, each DDP rank
-    holds b/n (a fraction when n does not divide b: a smooth model). ``dtype`` sets the
-    bytes w of parameters, gradients, activations (scaled from the fp32 estimate by w/4) and
-    outputs; optimizer state stays fp32. With O the whole batch's output bytes:
+    ==========  ====  ====  ====  ===========  ===========  =======  =====  ==========
+    GPU         par.  grad  opt.  DDP buckets  DP reduce    activ.   outp.  loss+grads
+    ==========  ====  ====  ====  ===========  ===========  =======  =====  ==========
+    DP GPU0     N p   N g   N k   0            N g          A b/n    O      2 O
+    DP other    N p   N g   0     0            0            A b/n    O/n    O/n
+    DDP rank    N p   N g   N k   N g (or 0)   0            A b/n    O/n    2 O/n
+    ==========  ====  ====  ====  ===========  ===========  =======  =====  ==========
 
-    ============  ======  ======  ======  ==============  ======  ======
-    GPU           params  grads   optim   activations     outputs loss+grads
-    ============  ======  ======  ======  ==============  ======  ======
-    DP GPU0       N*w     N*w     N*s     A*w/4*b/n       O       2*O
-    DP other      N*w     N*w     0       A*w/4*b/n       O/n     O/n
-    DDP rank      N*w     N*w     N*s     A*w/4*b/n       O/n     2*O/n
-    ============  ======  ======  ======  ==============  ======  ======
-
-    (s = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer], A = activation bytes per sample.) DP's
-    other GPUs hold their replica's output until ``gather`` and the output gradient
-    ``Gather.backward`` sends back; with n = 1 there is no other GPU and "dp_other" is all 0.0.
+    DDP's bucket copy is 0 with ``gradient_as_bucket_view=True``. DP's other GPUs hold their
+    replica's output until ``gather`` and the output gradient ``Gather.backward`` sends back;
+    with n = 1 there is no other GPU and "dp_other" is all 0.0.
     """
-    n, b = _check_inputs(model, num_gpus, batch_size, optimizer, dtype)
-    w = DTYPE_BYTES[dtype]
-    params = float(model.parameters * w)
-    grads = float(model.parameters * w)
-    optim = float(model.parameters * OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer])
-    activations = model.activation_bytes_per_sample * (w / 4) * b / n
+    _check_model(model)
+    n = check_num_gpus(num_gpus)
+    if n < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {n}")
+    b = _check_int("batch_size", batch_size, 1)
+    _check_choice("optimizer", optimizer, _MOMENTS)
+    mode = _precision(precision, dtype)
+    _check_choice("attention", attention, ATTENTIONS)
+    if not isinstance(gradient_as_bucket_view, bool):
+        raise TypeError("gradient_as_bucket_view must be True or False, got "
+                        f"{gradient_as_bucket_view!r}")
+    per = model_state_bytes_per_parameter(mode, optimizer)
+    N = model.parameters
+    params, grads, optim = (float(N * per[c]) for c in MODEL_STATE_COMPONENTS)
+    buckets = 0.0 if gradient_as_bucket_view else grads
+    activations = activation_bytes_per_sample(model, mode, attention) * b / n
+    w = PRECISION_MODES[mode].activation_bytes
     outputs = float(model.output_elements_per_sample * b * w)  # the whole batch's, O
 
-    def gpu(p, g, s, a, o, loss):
-        return dict(zip(COMPONENTS, (p, g, s, a, o, loss), strict=True))
+    def gpu(p, g, s, bucket, reduce, a, o, loss):
+        return dict(zip(COMPONENTS, (p, g, s, bucket, reduce, a, o, loss), strict=True))
 
-    dp_gpu0 = gpu(params, grads, optim, activations, outputs, 2 * outputs)
+    dp_gpu0 = gpu(params, grads, optim, 0.0, grads, activations, outputs, 2 * outputs)
     if n == 1:
-        dp_other = gpu(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        dp_other = gpu(*[0.0] * len(COMPONENTS))
     else:
-        dp_other = gpu(params, grads, 0.0, activations, outputs / n, outputs / n)
-    ddp_rank = gpu(params, grads, optim, activations, outputs / n, 2 * outputs / n)
+        dp_other = gpu(params, grads, 0.0, 0.0, 0.0, activations, outputs / n, outputs / n)
+    ddp_rank = gpu(params, grads, optim, buckets, 0.0, activations, outputs / n,
+                   2 * outputs / n)
     return {"dp_gpu0": dp_gpu0, "dp_other": dp_other, "ddp_rank": ddp_rank}
 
 
@@ -122,59 +434,152 @@ def total_bytes(components: dict[str, float]) -> float:
 
 
 def gpu0_memory_ratio(model: ModelPreset, num_gpus: int, batch_size: int,
-                      optimizer: str = "adam", dtype: str = "fp32") -> float:
+                      optimizer: str = "adam", precision: str | None = None, *,
+                      attention: str = "eager", gradient_as_bucket_view: bool = False,
+                      dtype: str | None = None) -> float:
     """total(DP GPU0) / total(DDP rank), dimensionless.
 
-    Only the outputs and loss terms differ (3*O on DP's GPU0 against 3*O/n on a DDP rank), so
-    with X = params + grads + optimizer state + activations the ratio is
-    (X + 3*O) / (X + 3*O/n): between 1 and n, near n only when the outputs dominate.
+    With the default bucket copy, DP's reduce buffer and DDP's buckets are both N g, so only the
+    outputs and loss terms differ (3 O on DP's GPU0 against 3 O/n on a DDP rank): with X = the
+    rest, the ratio is (X + 3 O) / (X + 3 O/n), between 1 and n, near n only when the outputs
+    dominate. With ``gradient_as_bucket_view=True`` the DDP rank sheds N g.
     """
-    memory = memory_per_gpu(model, num_gpus, batch_size, optimizer, dtype)
+    memory = memory_per_gpu(model, num_gpus, batch_size, optimizer, precision,
+                            attention=attention, gradient_as_bucket_view=gradient_as_bucket_view,
+                            dtype=dtype)
     return total_bytes(memory["dp_gpu0"]) / total_bytes(memory["ddp_rank"])
 
 
-def ddp_bucket_buffer_bytes(model: ModelPreset, dtype: str = "fp32") -> float:
-    """Bytes of DDP's gradient buckets per rank: N*w with ``gradient_as_bucket_view=False``.
+def ddp_bucket_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
+                            gradient_as_bucket_view: bool = False,
+                            dtype: str | None = None) -> float:
+    """Bytes of DDP's gradient buckets per rank: N g, 0 with ``gradient_as_bucket_view=True``.
 
-    ``torch/nn/parallel/distributed.py: DistributedDataParallel`` (argument
-    ``gradient_as_bucket_view``, default False): gradients are copied into flat all-reduce
-    buckets; setting it True makes the gradients views into the buckets and saves "the total
-    gradients size". Not part of ``memory_per_gpu``; add it to a DDP rank for the default.
+    ``torch/nn/parallel/distributed.py: DistributedDataParallel``, argument
+    ``gradient_as_bucket_view`` (default False): gradients are copied into flat all-reduce
+    buckets; True makes the gradients views into the buckets and saves "the total gradients
+    size". The "DDP bucket copy" component of ``memory_per_gpu``.
     """
-    if not isinstance(model, ModelPreset):
-        raise TypeError(f"model must be a dpcost.presets.ModelPreset, got {type(model).__name__}")
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
-    return float(model.parameters * DTYPE_BYTES[dtype])
+    _check_model(model)
+    mode = PRECISION_MODES[_precision(precision, dtype)]
+    return 0.0 if gradient_as_bucket_view else float(model.parameters * mode.gradient_bytes)
+
+
+def dp_reduce_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
+                           dtype: str | None = None) -> float:
+    """Bytes of DP's second gradient-sized buffer on GPU0 during ``reduce_add``: N g.
+
+    ``_functions.py: ReduceAddCoalesced.forward`` -> ``comm.py: reduce_add_coalesced`` returns
+    new summed tensors on GPU0 while GPU0's own replica gradients (one of the summands) are
+    still alive. The "DP reduce buffer" component of ``memory_per_gpu``.
+    """
+    _check_model(model)
+    return float(model.parameters * PRECISION_MODES[_precision(precision, dtype)].gradient_bytes)
+
+
+def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: str = "ddp",
+                optimizer: str = "adam", precision: str = "mixed", *, attention: str = "eager",
+                gradient_as_bucket_view: bool = False) -> dict[str, float]:
+    """Bytes one data-parallel rank holds under ``strategy``, with ``COMPONENTS``' keys.
+
+    Model states from ``model_state_bytes_per_rank``; activations, outputs and loss for b/n
+    samples as a DDP rank's. "DDP bucket copy": N g for ``ddp`` and ``zero1``
+    (``ZeroRedundancyOptimizer`` runs under DDP, whose reducer still copies the gradients, 0 with
+    ``gradient_as_bucket_view=True``); 0 for ``zero2``/``zero3`` (FSDP reduce-scatters its own
+    flat gradients instead). "DP reduce buffer" is 0. With ``strategy="ddp"`` this is
+    ``memory_per_gpu(...)["ddp_rank"]``. Left out for FSDP: the all-gathered parameters and the
+    unsharded gradients of the unit being computed (transient, one unit's worth).
+    """
+    _check_model(model)
+    n = check_num_gpus(num_gpus)
+    ddp = memory_per_gpu(model, n, batch_size, optimizer, precision, attention=attention,
+                         gradient_as_bucket_view=gradient_as_bucket_view)["ddp_rank"]
+    states = model_state_bytes_per_rank(model.parameters, n, strategy, precision, optimizer)
+    out = {**ddp, **states}
+    if strategy in ("zero2", "zero3"):
+        out["DDP bucket copy"] = 0.0
+    return {c: out[c] for c in COMPONENTS}
+
+
+# --- does it fit ----------------------------------------------------------------------------
+
+
+def _check_bytes(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of bytes, got {type(value).__name__} {value!r}")
+    if not (float(value) >= 0 and math.isfinite(float(value))):
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def fits(bytes_needed: float, capacity_bytes: float) -> bool:
+    """True when ``bytes_needed`` <= ``capacity_bytes`` (a GPU's memory, in bytes).
+
+    The memory model is an upper bound on what the step holds but leaves out the CUDA context,
+    workspaces and fragmentation: a "fits" within a few GB of the capacity is not a promise.
+    """
+    return _check_bytes("bytes_needed", bytes_needed) <= _check_bytes("capacity_bytes",
+                                                                      capacity_bytes)
+
+
+def fit_verdicts(memory: dict[str, dict[str, float]], capacity_bytes: float) -> dict[str, bool]:
+    """For each GPU of a ``memory_per_gpu`` result, whether its total fits ``capacity_bytes``.
+
+    GPUs that hold nothing (DP's "dp_other" at n = 1) are left out.
+    """
+    capacity = _check_bytes("capacity_bytes", capacity_bytes)
+    return {gpu: fits(total_bytes(parts), capacity) for gpu, parts in memory.items()
+            if total_bytes(parts) > 0}
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+def format_precision_table(optimizers=OPTIMIZERS) -> str:
+    """Bytes per parameter of each precision mode and optimizer, with each mode's source."""
+    header = f"{'mode':<6} {'optimizer':<13}{'params':>7}{'grads':>7}{'optim':>7}{'total':>7}"
+    lines = [header, "-" * len(header)]
+    for mode in PRECISION_MODES.values():
+        for optimizer in optimizers:
+            per = model_state_bytes_per_parameter(mode.name, optimizer)
+            lines.append(f"{mode.name:<6} {optimizer:<13}" + "".join(
+                f"{per[c]:>7}" for c in MODEL_STATE_COMPONENTS) + f"{sum(per.values()):>7}")
+    lines.append("")
+    lines += [f"{mode.name}: {mode.description}. Source: {mode.source}"
+              for mode in PRECISION_MODES.values()]
+    return "\n".join(lines)
 
 
 _SHORT_NAMES = {"parameters": "params", "gradients": "grads", "optimizer state": "optim",
+                "DDP bucket copy": "buckets", "DP reduce buffer": "reduce",
                 "activations": "activ.", "outputs": "outputs", "loss and output grads": "loss+og"}
 _GPU_NAMES = {"dp_gpu0": "DP GPU0", "dp_other": "DP other", "ddp_rank": "DDP rank"}
 
 
 def format_memory_table(model: ModelPreset, configs, optimizer: str = "adam",
-                        dtype: str = "fp32", unit: str = "GB") -> str:
+                        precision: str | None = None, unit: str = "GB", *,
+                        attention: str = "eager", dtype: str | None = None) -> str:
     """A text table of ``memory_per_gpu`` in ``unit`` ("GB" or "MB", decimal), one row per GPU
     per (n, batch) in ``configs``.
 
-    Columns: n, global batch, GPU, the six components, the total, and for DP's GPU0 its ratio
+    Columns: n, global batch, GPU, the eight components, the total, and for DP's GPU0 its ratio
     to a DDP rank (``gpu0_memory_ratio``).
     """
     scales = {"GB": 1e9, "MB": 1e6}
     if unit not in scales:
         raise ValueError(f"unit must be one of {sorted(scales)}, got {unit!r}")
+    mode = _precision(precision, dtype)
     scale = scales[unit]
     header = (f"{'n':>3} {'batch':>6}  {'GPU':<9}"
               + "".join(f"{_SHORT_NAMES[c]:>10}" for c in COMPONENTS) + f"{'total':>10}  ratio")
-    lines = [f"{model.name}, {dtype}, {optimizer}: {unit} (decimal) held per GPU during one step",
-             header, "-" * len(header)]
+    lines = [f"{model.name}, {mode}, {optimizer}, {attention} attention: {unit} (decimal) held "
+             "per GPU during one step", header, "-" * len(header)]
     for n, batch in configs:
-        memory = memory_per_gpu(model, n, batch, optimizer, dtype)
+        memory = memory_per_gpu(model, n, batch, optimizer, mode, attention=attention)
+        ratio = total_bytes(memory["dp_gpu0"]) / total_bytes(memory["ddp_rank"])
         for gpu, components in memory.items():
             cells = "".join(f"{components[c] / scale:10.3f}" for c in COMPONENTS)
-            ratio = (f"  {gpu0_memory_ratio(model, n, batch, optimizer, dtype):.3f}x"
-                     if gpu == "dp_gpu0" else "")
+            tail = f"  {ratio:.3f}x" if gpu == "dp_gpu0" else ""
             lines.append(f"{n:>3} {batch:>6}  {_GPU_NAMES[gpu]:<9}{cells}"
-                         f"{total_bytes(components) / scale:10.3f}{ratio}")
+                         f"{total_bytes(components) / scale:10.3f}{tail}")
     return "\n".join(lines)

@@ -17,13 +17,22 @@ def test_stacked_bars_draw_the_model():
     assert data["memory"] == [memory_per_gpu(model, 2, 8), memory_per_gpu(model, 8, 32)]
     ax = fig.axes[0]
     filled = [p for p in ax.patches if p.get_fill()]
-    assert len(filled) == 2 * 3 * 6  # configs x GPUs x components
-    first_bar = filled[:6]  # DP GPU0 at n = 2, batch 8, bottom to top
+    assert len(filled) == 2 * 3 * 8  # configs x GPUs x components
+    first_bar = filled[:8]  # DP GPU0 at n = 2, batch 8, bottom to top
     assert [p.get_height() * 1e9 for p in first_bar] == pytest.approx(
         list(data["memory"][0]["dp_gpu0"].values()))
     assert ax.get_title() and ax.get_ylabel() and ax.get_legend() is not None
     plt.close(fig)
+    fig, data = memory_stacked_bars(model, [(4, 16)], precision="mixed", attention="sdpa")
+    assert data["memory"] == [memory_per_gpu(model, 4, 16, precision="mixed", attention="sdpa")]
+    assert "mixed" in fig.axes[0].get_title() and "sdpa" in fig.axes[0].get_title()
+    plt.close(fig)
     fig, data = ratio_vs_batch(model, gpu_counts=(2, 8), batch_sizes=(8, 64))
     assert data["ratios"][8] == [gpu0_memory_ratio(model, 8, 8), gpu0_memory_ratio(model, 8, 64)]
     assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+    plt.close(fig)
+    fig, data = ratio_vs_batch(model, gpu_counts=(4,), batch_sizes=(8,), precision="bf16",
+                               attention="sdpa")
+    assert data["ratios"][4] == [gpu0_memory_ratio(model, 4, 8, "adam", "bf16",
+                                                   attention="sdpa")]
     plt.close(fig)

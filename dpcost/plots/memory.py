@@ -12,6 +12,8 @@ COMPONENT_COLORS = {
     "parameters": "#7f8c8d",
     "gradients": "#bdc3c7",
     "optimizer state": "#8e44ad",
+    "DDP bucket copy": "#16a085",
+    "DP reduce buffer": "#2980b9",
     "activations": "#f1c40f",
     "outputs": "#e67e22",
     "loss and output grads": "#d35400",
@@ -19,16 +21,19 @@ COMPONENT_COLORS = {
 GPU_LABELS = {"dp_gpu0": "DP\nGPU0", "dp_other": "DP\nother", "ddp_rank": "DDP\nrank"}
 
 
-def memory_stacked_bars(model, configs, optimizer: str = "adam", dtype: str = "fp32"):
+def memory_stacked_bars(model, configs, optimizer: str = "adam", precision: str = "fp32",
+                        attention: str = "eager"):
     """Stacked bars in GB (decimal): DP GPU0, DP other GPU, DDP rank for each (n, batch) config.
 
-    ``configs`` is a list of (num_gpus, global batch size). Returns (figure, data); data maps
-    "configs" to the list given and "memory" to one ``memory_per_gpu`` result per config, so
-    callers and tests can check exactly what was drawn.
+    ``configs`` is a list of (num_gpus, global batch size); ``precision`` and ``attention`` as
+    in ``dpcost.memory.memory_per_gpu`` (DDP with its default bucket copy). Returns (figure,
+    data); data maps "configs" to the list given and "memory" to one ``memory_per_gpu`` result
+    per config, so callers and tests can check exactly what was drawn.
     """
     style.apply()
     configs = [(int(n), int(b)) for n, b in configs]
-    memory = [memory_per_gpu(model, n, b, optimizer, dtype) for n, b in configs]
+    memory = [memory_per_gpu(model, n, b, optimizer, precision, attention=attention)
+              for n, b in configs]
     fig, ax = plt.subplots(figsize=(max(10.0, 3.2 * len(configs)), 6.2))
     width, ticks, labels = 0.8, [], []
     tallest = max(total_bytes(gpu) for mem in memory for gpu in mem.values()) / 1e9
@@ -48,13 +53,14 @@ def memory_stacked_bars(model, configs, optimizer: str = "adam", dtype: str = "f
                     fontsize=11)
             ticks.append(x)
             labels.append(GPU_LABELS[gpu])
-        ratio = gpu0_memory_ratio(model, n, b, optimizer, dtype)
+        ratio = total_bytes(mem["dp_gpu0"]) / total_bytes(mem["ddp_rank"])
         ax.text(4 * i + 1, -0.2 * tallest, f"n = {n}, batch {b}\nGPU0 / DDP = {ratio:.2f}x",
                 ha="center", va="top", fontsize=12)
     ax.set_xticks(ticks, labels)
     ax.set_ylim(0, 1.12 * tallest)
     ax.set_ylabel("bytes held during one step (GB, decimal)")
-    ax.set_title(f"{model.name}: memory per GPU, {dtype}, {optimizer} (bar top: total GB)")
+    ax.set_title(f"{model.name}: memory per GPU, {precision}, {optimizer}, {attention} "
+                 "attention (bar top: total GB)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), title="component")
     ax.grid(axis="x", visible=False)
     fig.tight_layout()
@@ -62,7 +68,7 @@ def memory_stacked_bars(model, configs, optimizer: str = "adam", dtype: str = "f
 
 
 def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128, 256, 512),
-                   optimizer: str = "adam", dtype: str = "fp32"):
+                   optimizer: str = "adam", precision: str = "fp32", attention: str = "eager"):
     """Lines: total(DP GPU0) / total(DDP rank) against the global batch, one line per n.
 
     Dotted lines mark the seed's n x. Returns (figure, data) with "batch_sizes" and "ratios"
@@ -70,7 +76,8 @@ def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128,
     """
     style.apply()
     batches = [int(b) for b in batch_sizes]
-    ratios = {int(n): [gpu0_memory_ratio(model, int(n), b, optimizer, dtype) for b in batches]
+    ratios = {int(n): [gpu0_memory_ratio(model, int(n), b, optimizer, precision,
+                                         attention=attention) for b in batches]
               for n in gpu_counts}
     fig, ax = plt.subplots()
     shades = plt.get_cmap("Reds")
@@ -83,7 +90,8 @@ def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128,
     ax.set_xticks(batches, [str(b) for b in batches])
     ax.set_xlabel("global batch size (samples)")
     ax.set_ylabel("GPU0's memory / a DDP rank's (x)")
-    ax.set_title(f"{model.name}: GPU0's extra memory under DP (dotted: the seed's n x)")
+    ax.set_title(f"{model.name}, {precision}, {attention} attention: GPU0's extra memory "
+                 "under DP (dotted: n x)")
     ax.legend(loc="upper left")
     fig.tight_layout()
     return fig, {"batch_sizes": batches, "ratios": ratios}
