@@ -2,6 +2,7 @@
 
 The torchrun entry point is tested in test_measure_torchrun.py."""
 
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,8 @@ def run(args, env=None, timeout=240):
     (["--model-mb", "1e300"], "MemAvailable"),
     (["--plot", "/no/such/folder/x.png"], "--plot"),
     (["--inject-fault", "١:raise"], "--inject-fault"),
+    (["--trace", "t.json"], "--trace needs --scenario timeline"),
+    (["--scenario", "timeline", "--trace", "/no/such/folder/t.json"], "--trace"),
 ])
 def test_bad_arguments_give_one_line_and_status_2(args, word):
     result = run([sys.executable, "-m", "dpcost.measure", *args])
@@ -121,3 +124,16 @@ def test_a_signal_ends_every_rank_with_one_line_and_the_shell_status(signum, who
     assert f"interrupted by {signal.Signals(signum).name} while measuring ddp on 2 ranks" in err
     time.sleep(0.5)
     assert marked_processes(mark) == []
+
+
+def test_the_timeline_is_written_as_chrome_trace_json(tmp_path):
+    path = tmp_path / "trace.json"
+    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb", "1",
+                  "--steps", "2", "--scenario", "timeline", "--trace", str(path)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    trace = json.loads(path.read_text())
+    processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert processes == {f"{s}-timeline rank {r}" for s in ("ddp", "dp", "dp-nccl")
+                         for r in (0, 1)}
+    buckets = [e for e in trace["traceEvents"] if e["name"].startswith("bucket")]
+    assert buckets and all(e["ph"] == "X" and e["dur"] >= 0 for e in buckets)

@@ -117,7 +117,10 @@ def test_a_measured_ddp_timeline_overlaps_buckets_with_backward(measured):
             assert min(ready) < buckets[0][0] <= max(ready)
         calibration = row["allreduce_calibration"]
         a, b = tl.fit_alpha_beta(calibration["sizes_bytes"], calibration["seconds"])
-        assert b > 0 and tl.predicted_ddp_exposed(row["timeline"], a, b) >= 0
+        predicted = tl.predicted_ddp(row["timeline"], a, b)
+        assert b > 0 and 0 <= predicted["exposed_fraction"] <= 1
+        assert predicted["comm_s"] == pytest.approx(
+            len(tl.bucket_events(events)) * a + measured["param_bytes"] * b)
 
 
 @pytest.mark.parametrize("scenario", ["dp-timeline", "dp-nccl-timeline"])

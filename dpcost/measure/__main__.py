@@ -30,7 +30,8 @@ from dpcost.measure.worker import FAULTS
 
 PROG = "python -m dpcost.measure"
 
-CHOICES = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "all")
+CHOICES = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "timeline", "all")
+TIMELINE = ["ddp-timeline", "dp-timeline", "dp-nccl-timeline"]  # lesson 07's timed scenarios
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -86,6 +87,9 @@ def parse_args(argv=None):
                              "for building each scenario's model (default 180)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", metavar="FILE", help="save measured vs predicted to FILE")
+    parser.add_argument("--trace", metavar="FILE",
+                        help="with --scenario timeline: write the per-rank timeline to FILE as "
+                             "Chrome trace JSON (open it in ui.perfetto.dev or chrome://tracing)")
     parser.add_argument("--inject-fault", type=_fault, help=argparse.SUPPRESS)  # tests only
     return parser.parse_args(argv)
 
@@ -136,6 +140,10 @@ def _preflight(args, distributed) -> str | None:
                                    distributed)
         if args.plot:
             preflight.check_plot_path(args.plot)
+        if args.trace:
+            if args.scenario != "timeline":
+                raise ValueError("--trace needs --scenario timeline (the timed scenarios)")
+            preflight.check_writable(args.trace, "--trace")
     except ValueError as error:
         return str(error)
     return None
@@ -161,8 +169,8 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
-    wanted = (["ddp", "dp", "dp-nccl", "dataparallel-cuda"] if args.scenario == "all"
-              else [args.scenario])
+    wanted = {"all": ["ddp", "dp", "dp-nccl", "dataparallel-cuda"],
+              "timeline": TIMELINE}.get(args.scenario, [args.scenario])
     distributed = [s for s in wanted if s != "dataparallel-cuda"]
     problem = _preflight(args, distributed)
     if problem:
@@ -210,6 +218,12 @@ def _main(args) -> int:
                                                      len(results))
     report["skipped"].update(skipped)
     print(json.dumps(report) if args.json else render_table(report))
+    if args.trace:
+        from dpcost.measure.timeline import write_chrome_trace
+
+        write_chrome_trace(args.trace, {name: [row["timeline"] for row in rows]
+                                        for name, rows in report["scenarios"].items()
+                                        if name in TIMELINE})
     if args.plot:
         from dpcost.plots.measure import measured_vs_predicted
 

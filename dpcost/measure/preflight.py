@@ -70,16 +70,22 @@ def _human(value, format_bytes):
     return format_bytes(value) if value < 1e30 else f"{value:.3g} B"
 
 
+def check_writable(path: str, option: str) -> None:
+    """Raise ValueError naming ``option`` if a file could not be written at ``path``: a folder,
+    no such folder, or no write permission. Creates nothing."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{option}: {path} is a folder, not a file")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{option}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"{option}: {path} is not writable")
+
+
 def check_plot_path(path: str) -> None:
     """Raise ValueError if matplotlib could not save a figure at ``path``: no such folder, no
     write permission, or a file type matplotlib does not know. Creates nothing."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ValueError(f"--plot: {path} is a folder, not a file")
-    if not os.path.isdir(folder):
-        raise ValueError(f"--plot: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"--plot: {path} is not writable")
+    check_writable(path, "--plot")
     extension = os.path.splitext(path)[1][1:].lower()
     if extension:
         from matplotlib.backend_bases import FigureCanvasBase

@@ -121,15 +121,19 @@ def predicted_exposed_s(ready_ns, sizes_bytes, a: float, b: float, last_ready_ns
     return max(0.0, (done - last_ready_ns) / 1e9) if done is not None else 0.0
 
 
-def predicted_ddp_exposed(events, a: float, b: float) -> float:
-    """Median over iterations of the overlap model's exposed tail for a DDP timeline."""
-    values = []
+def predicted_ddp(events, a: float, b: float) -> dict:
+    """The overlap model for a DDP timeline, median over iterations, in seconds: the exposed
+    tail, the all-reduce time it assumes, sum of t(S_k), and their ratio."""
+    rows = []
     for evs in by_iteration(events).values():
         buckets = bucket_events(evs)
         ready = [start for lane, _, start, _ in evs if lane == "grad"]
-        values.append(predicted_exposed_s([s for s, _, _ in buckets],
-                                          [size for _, _, size in buckets], a, b, max(ready)))
-    return statistics.median(values)
+        sizes = [size for _, _, size in buckets]
+        exposed = predicted_exposed_s([s for s, _, _ in buckets], sizes, a, b, max(ready))
+        comm = sum(a + b * size for size in sizes)
+        rows.append({"exposed_comm_s": exposed, "comm_s": comm,
+                     "exposed_fraction": exposed / comm if comm else 0.0})
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
 def chrome_trace(timelines: dict, iterations=None) -> dict:
@@ -168,3 +172,53 @@ def write_chrome_trace(path, timelines: dict, iterations=None) -> dict:
     with open(path, "w") as file:
         json.dump(trace, file)
     return trace
+
+
+def timelines_of(report: dict, labels: dict) -> dict:
+    """{label: [rank 0's events, rank 1's, ...]} for ``labels`` = {label: scenario name}."""
+    return {label: [row["timeline"] for row in report["scenarios"][name]]
+            for label, name in labels.items()}
+
+
+def overlap_table(report: dict, labels: dict) -> list[dict]:
+    """One row per (scenario, rank): measured medians in ms, and for DDP the overlap model's.
+
+    Keys: step_ms, compute_ms, comm_ms, exposed_comm_ms, exposed_fraction; for DDP also
+    model_exposed_comm_ms, model_comm_ms, model_exposed_fraction, link_alpha_ms and
+    link_gb_per_s, from the lone all-reduces each DDP rank timed before training
+    (``timed.calibrate_allreduce``), fitted as t = a + b·S.
+    """
+    rows = []
+    for label, name in labels.items():
+        for row in report["scenarios"][name]:
+            measured = summary(row["timeline"])
+            entry = {"scenario": label, "rank": row["rank"],
+                     "exposed_fraction": measured["exposed_fraction"]}
+            for key in ("step", "compute", "comm", "exposed_comm"):
+                entry[f"{key}_ms"] = measured[f"{key}_s"] * 1e3
+            if "allreduce_calibration" in row:
+                calibration = row["allreduce_calibration"]
+                a, b = fit_alpha_beta(calibration["sizes_bytes"], calibration["seconds"])
+                model = predicted_ddp(row["timeline"], a, b)
+                entry.update(model_exposed_comm_ms=model["exposed_comm_s"] * 1e3,
+                             model_comm_ms=model["comm_s"] * 1e3,
+                             model_exposed_fraction=model["exposed_fraction"],
+                             link_alpha_ms=a * 1e3, link_gb_per_s=1 / b / 1e9 if b > 0 else None)
+            rows.append(entry)
+    return rows
+
+
+def render_overlap_table(rows: list[dict]) -> str:
+    """``overlap_table`` for people: ms per iteration, medians over the measured window."""
+    lines = [f"{'scenario':<32} {'rank':>4} {'step':>7} {'compute':>8} {'comm':>7} "
+             f"{'exposed':>8} {'exposed':>8}   {'model: exposed':<16}",
+             f"{'':<32} {'':>4} {'ms':>7} {'ms':>8} {'ms':>7} {'ms':>8} {'share':>8}"]
+    for row in rows:
+        model = (f"{row['model_exposed_comm_ms']:.1f} ms, "
+                 f"{100 * row['model_exposed_fraction']:.0f} %"
+                 if "model_exposed_comm_ms" in row else "-")
+        lines.append(f"{row['scenario']:<32} {row['rank']:>4} {row['step_ms']:>7.1f} "
+                     f"{row['compute_ms']:>8.1f} {row['comm_ms']:>7.1f} "
+                     f"{row['exposed_comm_ms']:>8.1f} {100 * row['exposed_fraction']:>7.0f}%   "
+                     f"{model:<16}")
+    return "\n".join(lines)
