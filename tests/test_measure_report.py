@@ -63,3 +63,18 @@ def test_table_names_the_counter_and_the_remainder():
     assert "dp: counter tcp_info" in text
     assert "     158" in text  # the extra bytes column
     assert "x skipped: why" in text
+
+
+def test_the_nccl_path_chain_predicts_p_at_either_end_and_2p_in_the_middle():
+    from dpcost.measure.report import link_busy_bytes, predicted_bytes
+
+    p, n = 1e6, 4
+    assert [predicted_bytes("dp-nccl", r, p, n) for r in range(n)] == [
+        (p, p), (2 * p, 2 * p), (2 * p, 2 * p), (p, p)]
+    assert predicted_bytes("dp-nccl-timeline", 1, p, 2) == (p, p)
+    # every rank's link is busy 2P: the ends in two serial phases, the middle full duplex
+    assert [link_busy_bytes("dp-nccl", *predicted_bytes("dp-nccl", r, p, n), r, n)
+            for r in range(n)] == [2 * p] * n
+    # against a DDP rank's 2(n-1)/n P: n/(n-1)
+    ddp = link_busy_bytes("ddp", *predicted_bytes("ddp", 0, p, n))
+    assert 2 * p / ddp == pytest.approx(n / (n - 1))

@@ -38,3 +38,19 @@ def test_busiest_link_figure_uses_the_five_functions_as_lines():
     assert data["dp"]["predicted_total"] == [2e6, 4e6, 6e6]
     assert len(fig.axes) == 2 and all(ax.get_legend() for ax in fig.axes)
     plt.close(fig)
+
+
+def test_busiest_link_vs_n_draws_dataparallels_nccl_path_when_measured():
+    p = 1e6
+
+    def report(n):
+        busy = {"dp": 2 * (n - 1) * p, "dp-nccl": 2 * p, "ddp": 2 * (n - 1) / n * p}
+        totals = {name: {"busiest_link_busy_bytes": b, "sent_bytes": 2 * (n - 1) * p,
+                         "predicted_total_bytes": 2 * (n - 1) * p} for name, b in busy.items()}
+        return {"param_bytes": p, "totals": totals}
+
+    fig, data = busiest_link_vs_n({n: report(n) for n in (2, 3, 4)})
+    assert data["dp-nccl"]["predicted_busy"] == [2e6, 2e6, 2e6]  # the chain: 2P for every n
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "DP NCCL path (chain): measured" in labels
+    plt.close(fig)

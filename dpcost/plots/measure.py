@@ -6,7 +6,8 @@ import matplotlib.pyplot as plt
 
 from dpcost.plots import style
 
-COLORS = {"ddp": style.DDP_COLOR, "dp": style.DP_COLOR, "dataparallel-cuda": style.DP_COLOR}
+COLORS = {"ddp": style.DDP_COLOR, "dp": style.DP_COLOR, "dataparallel-cuda": style.DP_COLOR,
+          "dp-nccl": "#e67e22"}
 
 
 def measured_vs_predicted(report: dict):
@@ -35,7 +36,8 @@ def measured_vs_predicted(report: dict):
                    hatch=hatch, edgecolor="white", label=f"measured {key}")
             ax.scatter(xs, [b / 1e6 for b in drawn[f"predicted_{key}"]], marker="_", s=900,
                        linewidths=3, color="black", zorder=3,
-                       label="predicted (five functions)" if key == "sent" else None)
+                       label=("predicted (five functions)" if name != "dp-nccl" else
+                              "predicted (chain)") if key == "sent" else None)
         ax.set_xticks(drawn["ranks"])
         tallest = max(drawn["sent"] + drawn["received"] + drawn["predicted_sent"])
         ax.set_ylim(0, 1.4 * tallest / 1e6)  # room for the legend above the bars
@@ -50,12 +52,13 @@ def measured_vs_predicted(report: dict):
 
 
 def busiest_link_vs_n(reports: dict):
-    """Two panels against n, measured (markers) over the five functions (lines), MB decimal.
+    """Two panels against n, measured (markers) over the model (lines), MB decimal.
 
-    Left: the busiest link's busy bytes per iteration: DP pattern rank 0, sent + received
-    (sequential phases), predicted by ``dp_communication_volume`` = 2 (n - 1) P; DDP, a ring
-    rank's max(sent, received) (full duplex), predicted by ``ddp_communication_volume`` =
-    2 (n - 1) / n P. Right: bytes sent summed over all ranks, predicted 2 (n - 1) P for both.
+    Left: the busiest link's busy bytes per iteration: DP's copy path (the star), rank 0's sent
+    + received (sequential phases), predicted by ``dp_communication_volume`` = 2 (n - 1) P;
+    DP's NCCL path (the chain, when the reports hold "dp-nccl"), predicted 2P for every n; DDP,
+    a ring rank's max(sent, received) (full duplex), predicted by ``ddp_communication_volume``
+    = 2 (n - 1) / n P. Right: bytes sent summed over all ranks, predicted 2 (n - 1) P for all.
     ``reports`` maps n to a ``measure_traffic`` report holding "ddp" and "dp". Returns (figure,
     data) with data[scenario] = {"n", "busy", "predicted_busy", "total", "predicted_total"}.
     """
@@ -63,9 +66,12 @@ def busiest_link_vs_n(reports: dict):
 
     style.apply()
     ns = sorted(reports)
-    predict = {"dp": dp_communication_volume, "ddp": ddp_communication_volume}
+    predict = {"dp": dp_communication_volume, "ddp": ddp_communication_volume,
+               "dp-nccl": lambda p, n: 2.0 * p}
+    names = [name for name in ("dp", "dp-nccl", "ddp")
+             if all(name in reports[n]["totals"] for n in ns)]
     data = {}
-    for name in ("dp", "ddp"):
+    for name in names:
         totals = [reports[n]["totals"][name] for n in ns]
         data[name] = {
             "n": ns,
@@ -75,23 +81,24 @@ def busiest_link_vs_n(reports: dict):
             "predicted_total": [t["predicted_total_bytes"] for t in totals],
         }
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.6))
-    labels = {"dp": "DP pattern", "ddp": "DDP"}
-    for name in ("dp", "ddp"):
+    labels = {"dp": "DP copy path (star)", "dp-nccl": "DP NCCL path (chain)", "ddp": "DDP"}
+    markers = {"dp": "o", "dp-nccl": "s", "ddp": "x"}
+    for name in names:
         drawn, color = data[name], COLORS[name]
         left.plot(ns, [b / 1e6 for b in drawn["predicted_busy"]], "-", color=color,
                   label=f"{labels[name]}: predicted")
-        left.plot(ns, [b / 1e6 for b in drawn["busy"]], "o", color=color, ms=10,
-                  label=f"{labels[name]}: measured")
-        right.plot(ns, [b / 1e6 for b in drawn["total"]], "o" if name == "dp" else "x",
-                   color=color, ms=10, mew=2, label=f"{labels[name]}: measured")
+        left.plot(ns, [b / 1e6 for b in drawn["busy"]], markers[name], color=color, ms=10,
+                  mew=2, label=f"{labels[name]}: measured")
+        right.plot(ns, [b / 1e6 for b in drawn["total"]], markers[name], color=color, ms=10,
+                   mew=2, label=f"{labels[name]}: measured")
     right.plot(ns, [b / 1e6 for b in data["dp"]["predicted_total"]], "-", color="black",
-               label="2(n-1)P, both")
+               label="2(n-1)P, all")
     left.set_title("Busiest link: busy bytes per iteration")
     right.set_title("All ranks: bytes sent per iteration")
     for ax in (left, right):
         ax.set_xlabel("number of ranks, n")
         ax.set_xticks(ns)
         ax.set_ylabel("MB per iteration (decimal)")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=10)
     fig.tight_layout()
     return fig, data
