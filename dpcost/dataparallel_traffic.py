@@ -248,6 +248,7 @@ def ddp_step_transfers(
     first_bucket_bytes=DEFAULT_FIRST_BUCKET_BYTES,
     sync_buffers: bool = True,
     include_construction: bool = False,
+    bucket_sizes=None,
 ) -> list[StepTransfer]:
     """DDP's training iteration as rows: buffer broadcast, one ring all-reduce per bucket.
 
@@ -280,7 +281,13 @@ def ddp_step_transfers(
         "forward", "each rank runs its replica on its own shard of the batch",
         dist + "DistributedDataParallel.forward (inputs from torch/utils/data/distributed.py:"
         " DistributedSampler)", 0.0, 0.0, 0.0))
-    for i, bucket in enumerate(ddp_bucket_sizes(G, bucket_cap_bytes, first_bucket_bytes)):
+    if bucket_sizes is None:
+        buckets = ddp_bucket_sizes(G, bucket_cap_bytes, first_bucket_bytes)
+    else:
+        buckets = [_check_bytes(b, f"bucket_sizes[{i}]") for i, b in enumerate(bucket_sizes)]
+        if not math.isclose(sum(buckets), G, rel_tol=1e-9, abs_tol=1e-6):
+            raise ValueError(f"bucket_sizes must add up to grad_bytes ({sum(buckets)!r} != {G!r})")
+    for i, bucket in enumerate(buckets):
         per_rank = 2 * (n - 1) / n * bucket
         rows.append(StepTransfer(
             "backward", f"all-reduce gradient bucket {i} (ring)",

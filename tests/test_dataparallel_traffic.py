@@ -458,3 +458,13 @@ def test_bucket_assignment_bad_inputs():
         compute_bucket_assignment_by_size([1, -2], [10])
     with pytest.raises(ValueError, match=r"bucket_size_limits\[0\]"):
         compute_bucket_assignment_by_size([1], [-1])
+
+
+def test_ddp_rows_with_real_buckets():
+    buckets = ddp_buckets_from_sizes(resnet50_ready_order_bytes())
+    G = sum(buckets)
+    rows = ddp_step_transfers(G, 0, G, 0, 0, 4, bucket_sizes=buckets)
+    sizes = [r.total_bytes / (2 * 3) for r in rows if r.action.startswith("all-reduce")]
+    assert sizes == pytest.approx(buckets)
+    with pytest.raises(ValueError, match="bucket_sizes"):
+        ddp_step_transfers(G, 0, G, 0, 0, 4, bucket_sizes=buckets[:-1])
