@@ -78,3 +78,19 @@ def test_the_nccl_path_chain_predicts_p_at_either_end_and_2p_in_the_middle():
     # against a DDP rank's 2(n-1)/n P: n/(n-1)
     ddp = link_busy_bytes("ddp", *predicted_bytes("ddp", 0, p, n))
     assert 2 * p / ddp == pytest.approx(n / (n - 1))
+
+
+def test_predicted_framing_counts_messages_by_hand():
+    from dpcost.measure.report import predicted_framing_bytes
+
+    # n = 2, one step: the closing barrier is 1 message each way, 144 B (3 preambles of 48 B).
+    # dp: rank 0 sends 1 message and receives 1: 2 x 48 + 48 out, the same in: 144 + 144.
+    assert predicted_framing_bytes("dp", 0, 4e6, 2, steps=1) == (288.0, 288.0)
+    # dp-nccl, 4 MB = 8 chunks of 512 KiB rounded up... 4,000,000 / 524,288 -> 8 chunks per hop
+    assert predicted_framing_bytes("dp-nccl", 0, 4e6, 2, steps=1) == (8 * 144 + 144,) * 2
+    # ddp, one bucket of 1 MB at n = 2: gloo's ring cuts it into 4 segments, 2 sent per rank
+    # in each phase -> 4 messages out and 4 in, 144 B each direction per message
+    assert predicted_framing_bytes("ddp", 0, 1e6, 2, steps=1, bucket_sizes=[1_000_000]) == (
+        4 * 144 + 144, 4 * 144 + 144)
+    assert predicted_framing_bytes("ddp", 0, 1e6, 2, steps=1) is None  # no bucket sizes
+    assert predicted_framing_bytes("dataparallel-cuda", 0, 1e6, 2, steps=1) is None

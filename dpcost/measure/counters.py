@@ -146,6 +146,7 @@ class BucketCounter:
     def __init__(self):
         self.bytes = 0
         self.buckets = 0
+        self.sizes = []  # every bucket's bytes, in the order DDP all-reduced them
 
 
 def counting_allreduce_hook(state: BucketCounter, bucket):
@@ -162,6 +163,7 @@ def counting_allreduce_hook(state: BucketCounter, bucket):
     tensor = bucket.buffer()
     state.bytes += tensor.numel() * tensor.element_size()
     state.buckets += 1
+    state.sizes.append(tensor.numel() * tensor.element_size())
     return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 

@@ -43,7 +43,45 @@ def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: in
     raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
 
 
-def scenario_rows(scenario: str, results: list, param_bytes: float, world_size: int) -> list:
+def predicted_framing_bytes(scenario: str, rank: int, param_bytes: float, world_size: int,
+                            steps: int, bucket_sizes=None) -> tuple | None:
+    """(sent, received) bytes per iteration that gloo adds to the payload on ``rank``, or None
+    where the message count is not known (dataparallel-cuda, timed scenarios).
+
+    Framing per message from gloo's TCP transport (``dpcost.step_time.gloo_framing_bytes``:
+    48-byte preambles, 2 out and 1 back per message), times the messages each pattern sends:
+    ddp, gloo's ring segments of every bucket (``bucket_sizes``, from the counting hook);
+    dp, one message each way per peer; dp-nccl, one per 512 KiB chunk and hop. Plus the
+    barrier that closes the window, spread over its ``steps`` iterations.
+    """
+    from dpcost.step_time import (
+        GLOO_FRAMING_BYTES_PER_MESSAGE,
+        ddp_gloo_framing_per_step,
+        gloo_barrier_messages,
+        gloo_framing_bytes,
+    )
+
+    n = world_size
+    if scenario == "ddp":
+        if not bucket_sizes:
+            return None
+        return ddp_gloo_framing_per_step(bucket_sizes, n, steps=steps, rank=rank)
+    if scenario == "dp":
+        messages = n - 1 if rank == 0 else 1
+        sent, received = gloo_framing_bytes(messages, messages)
+    elif scenario == "dp-nccl":
+        chunk_elements = 512 * 1024 // 4  # dpcost/measure/chain.py: CHUNK_BYTES of float32
+        chunks = -(-int(param_bytes) // 4 // chunk_elements)
+        links = (rank > 0) + (rank < n - 1)
+        sent, received = gloo_framing_bytes(links * chunks, links * chunks)
+    else:
+        return None
+    barrier = gloo_barrier_messages(n) * GLOO_FRAMING_BYTES_PER_MESSAGE / steps
+    return sent + barrier, received + barrier
+
+
+def scenario_rows(scenario: str, results: list, param_bytes: float, world_size: int,
+                  steps: int | None = None) -> list:
     """One dict per rank: measured and predicted bytes, ratio, remainder, memory, time."""
     rows = []
     for result in results:
@@ -57,6 +95,14 @@ def scenario_rows(scenario: str, results: list, param_bytes: float, world_size: 
             sent_remainder_bytes=result["sent_bytes"] - sent,
             received_remainder_bytes=result["received_bytes"] - received,
         )
+        framing = (predicted_framing_bytes(scenario, result["rank"], param_bytes, world_size,
+                                           steps, result.get("bucket_sizes"))
+                   if steps and result.get("counter") == "tcp_info" else None)
+        if framing is not None:
+            row.update(predicted_framing_sent_bytes=framing[0],
+                       predicted_framing_received_bytes=framing[1],
+                       unexplained_sent_bytes=row["sent_remainder_bytes"] - framing[0],
+                       unexplained_received_bytes=row["received_remainder_bytes"] - framing[1])
         rows.append(row)
     return rows
 
@@ -100,7 +146,7 @@ def build_report(config, param_bytes: int, per_rank: list, skipped: dict | None 
     scenarios, totals = {}, {}
     for name in config.scenarios:
         rows = scenario_rows(name, [rank_results[name] for rank_results in per_rank],
-                             param_bytes, n)
+                             param_bytes, n, config.steps)
         scenarios[name], totals[name] = rows, scenario_totals(name, rows, param_bytes, n)
     report = {
         "world_size": n,
@@ -146,6 +192,13 @@ def render_table(report: dict) -> str:
                 f" {row['received_remainder_bytes']:>8.0f}"
                 f" {'-' if memory is None else f'{memory / 2**20:.1f}':>8}"
                 f" {row['step_time_s'] * 1e3:>8.1f}")
+        if "predicted_framing_sent_bytes" in rows[0]:
+            worst = max(abs(row[f"unexplained_{d}_bytes"]) for row in rows
+                        for d in ("sent", "received"))
+            predicted = ", ".join(f"{row['predicted_framing_sent_bytes']:.0f}" for row in rows)
+            lines.append(f"extra B predicted from the messages gloo sends (48-byte preambles): "
+                         f"{predicted} sent per rank; largest difference from the measured "
+                         f"extra {worst:.0f} B per iteration")
         total = report["totals"][name]
         lines.append(f"total sent {total['sent_bytes'] / 1e6:.4f} MB (2(n-1)P = "
                      f"{total['predicted_total_bytes'] / 1e6:.4f} MB); busiest link: rank "

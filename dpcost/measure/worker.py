@@ -196,8 +196,8 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         result["hook_buckets"] = (hook.buckets - hook_before[1]) / steps
     if kind == "ddp":
         first = config.warmup + config.steps + 1
-        hook_bytes, result["hook_buckets"] = _count_buckets(config, rank, device, first,
-                                                            progress)
+        hook_bytes, result["hook_buckets"], result["bucket_sizes"] = _count_buckets(
+            config, rank, device, first, progress)
         result["hook_bytes"] = hook_bytes
         result["hook_window"] = (f"{COUNTED_STEPS} iterations of an identical DDP model with the "
                                  "counting hook, after the timed window")
@@ -258,8 +258,10 @@ def _count_buckets(config, rank, device, first_iteration, progress):
     for iteration in range(first_iteration + 1, first_iteration + 1 + COUNTED_STEPS):
         progress(iteration, "iteration start")
         counted.step(iteration, progress)
+    per_step = (counted.hook.buckets - before[1]) // COUNTED_STEPS
     return ((counted.hook.bytes - before[0]) / COUNTED_STEPS,
-            (counted.hook.buckets - before[1]) / COUNTED_STEPS)
+            (counted.hook.buckets - before[1]) / COUNTED_STEPS,
+            counted.hook.sizes[-per_step:] if per_step else [])
 
 
 def _prime(config, rank):
