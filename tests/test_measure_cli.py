@@ -58,14 +58,7 @@ def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
                  env={"DPCOST_TEST_MARK": mark})
     assert result.returncode == 1
     assert "error: rank 0 failed: RuntimeError: injected fault on rank 0" in result.stderr
-    left = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("DPCOST_TEST_MARK") == mark:
-                left.append(process.pid)
-        except (psutil.Error, OSError):
-            continue
-    assert left == []
+    assert marked_processes(mark) == []
 
 
 @pytest.mark.parametrize("args", [["--model-mb", "1e300"], ["--model-mb", "4000"],
