@@ -1,8 +1,10 @@
 """check/submit for the five functions: right code passes, each kind of wrong code fails."""
 
+import inspect
 import math
 import numbers
 import time
+import types
 
 import pytest
 
@@ -226,3 +228,27 @@ def test_report_renders_text_and_html():
     assert "3/3 worked examples pass." in text
     assert "<table>" in html and "pass" in html and "0x" not in text
     assert "Score: 115/115" in str(submit(*REFERENCE))
+
+
+def test_a_students_module_named_dpcost_something_is_not_the_package():
+    # Identity, not name: a student's own module may be called dpcost_mine.
+    mine = types.ModuleType("dpcost_mine")
+    mine.math, mine.numbers = math, numbers
+    exec(inspect.getsource(_p) + inspect.getsource(_n)
+         + inspect.getsource(dp_communication_volume), mine.__dict__)
+    fn = mine.dp_communication_volume
+    assert fn.__module__ == "dpcost_mine"
+    assert check(fn).all_passed
+
+    def ddp_gpu0_memory_multiplier(num_gpus):
+        _n(num_gpus)
+        return 1.0
+
+    ddp_gpu0_memory_multiplier.__module__ = "dpcost.core"  # a name alone proves nothing
+    assert submit(ddp_gpu0_memory_multiplier).all_passed
+
+
+def test_submit_without_arguments_refuses_an_imported_package_function():
+    namespace = {"submit": submit, "dp_gpu0_memory_multiplier": dpcost.dp_gpu0_memory_multiplier}
+    with pytest.raises(ValueError, match="package's own function"):
+        exec("submit()", namespace)

@@ -112,3 +112,48 @@ def test_refuses_package_schedules():
         check(ring.ring_reduce_scatter_sends)
     with pytest.raises(ValueError, match="define"):
         exec("submit()", {"submit": submit})
+
+
+def test_a_students_module_named_dpcost_something_is_not_the_package():
+    namespace = {"__name__": "dpcost_ring"}
+    exec("def reduce_scatter_sends(num_ranks, step):\n"
+         "    n = num_ranks\n"
+         "    return [(r, (r + 1) % n, (r - step) % n) for r in range(n)]\n", namespace)
+    fn = namespace["reduce_scatter_sends"]
+    assert fn.__module__ == "dpcost_ring"
+    assert check(fn).all_passed and submit(fn).all_passed
+
+
+def test_submit_without_arguments_refuses_an_imported_package_schedule():
+    with pytest.raises(ValueError, match="package's own schedule"):
+        exec("submit()", {"submit": submit, "all_gather_sends": ring.ring_all_gather_sends})
+
+
+class RightSendsOnUnpickling:
+    """Not a list; unpickled, it becomes the course's sends (computed by the package)."""
+
+    def __init__(self, num_ranks, step):
+        self.args = (num_ranks, step)
+
+    def __reduce__(self):
+        return (ring.ring_reduce_scatter_sends, self.args)
+
+
+def test_reduce_that_unpickles_to_the_right_sends_does_not_pass():
+    def reduce_scatter_sends(num_ranks, step):
+        return RightSendsOnUnpickling(num_ranks, step)
+
+    report = check(reduce_scatter_sends)
+    assert report.passed == 0
+    assert "list of (src, dst, chunk) tuples" in report.failures[0].reason
+
+
+def test_a_trace_too_large_to_send_back_is_a_reported_failure():
+    def all_gather_sends(num_ranks, step):
+        n = num_ranks  # every chunk to every rank, again and again: a huge trace
+        return [(r, d, c) for r in range(n) for d in range(n) if d != r for c in range(n)] * 4
+
+    report = submit(all_gather_sends)
+    reasons = {r.reason for r in report.failures}
+    assert any("did not come back" in reason and "more than 20000 values" in reason
+               for reason in reasons), reasons

@@ -1,10 +1,24 @@
 """The sandbox: student code runs in a forked child; nothing it does reaches the caller."""
 
+import builtins
+import fcntl
+import json
 import os
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
 import time
+import tracemalloc
 
+import numpy as np
+import psutil
 import pytest
 
+import dpcost
+from dpcost.exercises import five_functions
 from dpcost.exercises.sandbox import run_many, run_sandboxed
 
 
@@ -98,3 +112,337 @@ def test_bad_timeout(bad):
 def test_not_callable():
     with pytest.raises(TypeError, match="func"):
         run_sandboxed(42)
+
+
+# ---- Hostile return values, pipes and processes (issue 9, section 3) --------------------------
+# Each scenario that could end or hang the caller runs in a fresh Python process: that process
+# plays the notebook's kernel, and the test checks that it survives and reports a failure.
+
+KERNEL_TIMEOUT = 30  # seconds; the scenarios take about one
+
+
+def run_kernel(*parts: str) -> dict:
+    """Run the script ``parts`` in a fresh Python (the "kernel"); the JSON it prints last.
+
+    Fails the test if the kernel hangs, dies, or exits non-zero.
+    """
+    process = subprocess.Popen([sys.executable, "-c", "".join(map(textwrap.dedent, parts))],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=KERNEL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the kernel hung for {KERNEL_TIMEOUT} s")
+    finally:  # whatever happens (pytest-timeout too), leave no process behind
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, f"the kernel exited {process.returncode}: {err[-2000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+CHECK_AND_PRINT = """
+    import json
+    report = check(dp_communication_volume)
+    print(json.dumps({"passed": report.passed, "total": report.total,
+                      "reasons": [r.reason for r in report.results],
+                      "got": [r.got for r in report.results]}))
+"""
+
+
+class RightAnswerOnUnpickling:
+    """Not a float; unpickled, it becomes the right float (computed by the package)."""
+
+    def __init__(self, size, n):
+        self.args = (size, n)
+
+    def __reduce__(self):
+        return (dpcost.core.dp_communication_volume, self.args)
+
+
+def test_reduce_that_unpickles_to_the_right_float_does_not_pass():
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        return RightAnswerOnUnpickling(model_size_bytes, num_gpus)
+
+    report = five_functions.check(dp_communication_volume)
+    assert report.passed == 0
+    assert all("must return a Python float, got test_exercises_sandbox.RightAnswerOnUnpickling"
+               in r.reason for r in report.results), report
+
+
+def test_reduce_that_exits_cannot_end_the_kernel():
+    result = run_kernel("""
+        import os
+        from dpcost.exercises.five_functions import check
+
+        class Exit:
+            def __reduce__(self):
+                return (os._exit, (3,))
+
+        def dp_communication_volume(model_size_bytes, num_gpus):
+            return Exit()
+    """, CHECK_AND_PRINT)
+    assert result["passed"] == 0 and result["total"] == 3
+    assert all("got __main__.Exit" in reason for reason in result["reasons"])
+
+
+def test_reduce_that_hangs_cannot_hang_the_kernel():
+    start = time.perf_counter()
+    result = run_kernel("""
+        import time
+        from dpcost.exercises.five_functions import check
+
+        class Hang:
+            def __reduce__(self):
+                return (time.sleep, (3600,))
+
+        def dp_communication_volume(model_size_bytes, num_gpus):
+            return Hang()
+    """, CHECK_AND_PRINT)
+    assert result["passed"] == 0 and "got __main__.Hang" in result["reasons"][0]
+    assert time.perf_counter() - start < 30
+
+
+def test_int_subclass_whose_int_exits_cannot_end_the_kernel():
+    # The ring checker turns each send's entries into ints; int() calls __int__.
+    result = run_kernel("""
+        import json
+        import os
+        from dpcost.exercises.ring_step import check
+
+        class Chunk(int):
+            def __int__(self):
+                os._exit(4)
+
+            def __index__(self):
+                os._exit(5)
+
+        def reduce_scatter_sends(num_ranks, step):
+            n = num_ranks
+            return [(r, (r + 1) % n, Chunk((r - step) % n)) for r in range(n)]
+
+        report = check(reduce_scatter_sends)
+        print(json.dumps({"passed": report.passed, "total": report.total}))
+    """)
+    assert result == {"passed": 5, "total": 5}  # the int's value is the right chunk
+
+
+class EqualsEverything:
+    """Looks like a float to isinstance, equals anything, converts to any float wanted."""
+
+    __class__ = property(lambda self: float)
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def __float__(self):
+        return 21e9
+
+
+class float(builtins.float):  # noqa: A001 - a student's class called float, on purpose
+    def __eq__(self, other):
+        return True
+
+    __hash__ = builtins.float.__hash__
+
+
+def test_eq_and_float_tricks_do_not_pass():
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        return EqualsEverything()
+
+    report = five_functions.check(dp_communication_volume)
+    assert report.passed == 0 and "got test_exercises_sandbox.EqualsEverything" in (
+        report.results[0].reason)
+
+    def dp_communication_volume(model_size_bytes, num_gpus):  # noqa: F811
+        return float(-1.0)
+
+    outcome = run_sandboxed(dp_communication_volume, 1.5e9, 8)
+    assert outcome.value_type == "test_exercises_sandbox.float" and outcome.value == -1.0
+    assert five_functions.check(dp_communication_volume).passed == 0
+
+
+def test_only_plain_data_comes_back():
+    outcome = run_sandboxed(lambda: [1, (2.5, "x", None, True), np.int64(7), np.float32(0.5)])
+    assert outcome.value == [1, (2.5, "x", None, True), 7, 0.5]
+    assert [type(v) for v in outcome.value] == [int, tuple, int, builtins.float]
+    outcome = run_sandboxed(np.float64, 2.0)
+    assert outcome.value == 2.0 and type(outcome.value) is builtins.float
+    assert outcome.value_type == "numpy.float64"
+    for value, note in [(np.zeros(3), "numpy.ndarray is not plain data"),
+                        (list(range(30_000)), "more than 20000 values"),
+                        ([[[[[1]]]]], "nested more than 4 deep"),
+                        (2**5000, "more than 4096 bits"),
+                        ({"a": 1}, "dict is not plain data")]:
+        outcome = run_sandboxed(lambda v=value: v)
+        assert outcome.returned and outcome.value is None and note in outcome.value_note
+
+
+def find_result_pipes() -> list[int]:
+    """What an attacker in the child does: look up the call stack for the result channel (an
+    object with a fileno(), or an int) that is a pipe open for writing, besides fds 0-2."""
+    fds = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            try:
+                fd = value if type(value) is int else value.fileno()
+                mode = os.fstat(fd).st_mode
+                flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            except Exception:
+                continue
+            if fd > 2 and stat.S_ISFIFO(mode) and flags & os.O_ACCMODE == os.O_WRONLY:
+                fds.add(fd)
+        frame = frame.f_back
+    return sorted(fds)
+
+
+def length_header_then_sleep():
+    for fd in find_result_pipes():
+        os.write(fd, struct.pack("!i", 2**31 - 1))  # "a 2 GiB message follows"
+    time.sleep(60)
+
+
+def garbage_then_return():
+    for fd in find_result_pipes():
+        os.write(fd, b"\xff\xff\xff\x7fgarbage")
+    return 1.0
+
+
+def flood_without_newline():
+    for fd in find_result_pipes():
+        chunk = b"x" * 2**16
+        for _ in range(48):  # 3 MiB, more than any message may be
+            os.write(fd, chunk)
+    return 1.0
+
+
+def test_length_header_in_the_result_pipe_cannot_hang_the_caller():
+    start = time.perf_counter()
+    outcomes = run_many([(length_header_then_sleep, (), {}), (multiply, (6, 7), {})],
+                        timeout=0.5)
+    assert [o.status for o in outcomes] == ["timeout", "returned"]
+    assert outcomes[1].value == 42
+    assert time.perf_counter() - start < 10
+
+
+def test_garbage_in_the_result_pipe_is_a_malformed_result():
+    outcomes = run_many([(garbage_then_return, (), {}), (multiply, (6, 7), {})])
+    assert [o.status for o in outcomes] == ["malformed", "returned"]
+    assert "malformed" in outcomes[0].detail and outcomes[0].value is None
+    assert outcomes[1].value == 42
+
+
+def test_flood_in_the_result_pipe_is_cut_at_the_size_cap():
+    outcomes = run_many([(flood_without_newline, (), {}), (multiply, (6, 7), {})])
+    assert [o.status for o in outcomes] == ["malformed", "returned"]
+    assert "longer than 2097152 bytes" in outcomes[0].detail
+
+
+def test_forged_or_out_of_order_messages_are_malformed():
+    def forge():
+        for fd in find_result_pipes():
+            os.write(fd, b'{"index": 5, "status": "returned", "value": 1.0}\n')
+        return 1.0
+
+    assert run_sandboxed(forge).status == "malformed"
+
+
+def test_hostile_pipe_writes_end_as_per_test_failures_in_check():
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        garbage_then_return()
+        return 0.0
+
+    report = five_functions.check(dp_communication_volume)
+    assert report.passed == 0
+    assert all("malformed" in r.reason for r in report.results), report
+
+
+def sleepers_left(pid_file) -> list[int]:
+    """The recorded grandchildren still alive (zombies count as gone), after up to 5 s."""
+    records = [tuple(line.split()) for line in pid_file.read_text().splitlines()]
+    assert records, "the student function forked nothing"
+    deadline = time.monotonic() + 5
+    while True:
+        alive = []
+        for pid, created in records:
+            try:
+                process = psutil.Process(int(pid))
+                if (process.create_time() == builtins.float(created)
+                        and process.status() != psutil.STATUS_ZOMBIE):
+                    alive.append(int(pid))
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def fork_sleepers(pid_file, count=3, own_group=False):
+    """Fork ``count`` children that sleep 60 s; record their pids and start times."""
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            if own_group:
+                os.setpgid(0, 0)  # leave the sandbox's process group (not its session)
+            time.sleep(60)
+            os._exit(0)
+        with open(pid_file, "a") as out:
+            out.write(f"{pid} {psutil.Process(pid).create_time()}\n")
+
+
+@pytest.mark.parametrize("own_group", [False, True])
+def test_forked_grandchildren_are_killed_after_check(tmp_path, own_group):
+    pid_file = tmp_path / "pids"
+
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        fork_sleepers(pid_file, own_group=own_group)
+        return builtins.float(0.0 if num_gpus <= 1 else 2 * (num_gpus - 1) * model_size_bytes)
+
+    assert five_functions.check(dp_communication_volume).all_passed
+    assert len(pid_file.read_text().splitlines()) == 9
+    assert sleepers_left(pid_file) == []
+
+
+def test_grandchildren_are_killed_after_a_timeout_or_a_crash(tmp_path):
+    pid_file = tmp_path / "pids"
+
+    def fork_then_loop():
+        fork_sleepers(pid_file, count=2)
+        while True:
+            pass
+
+    def fork_then_exit():
+        fork_sleepers(pid_file, count=2)
+        os._exit(9)
+
+    start = time.perf_counter()
+    outcomes = run_many([(fork_then_loop, (), {}), (fork_then_exit, (), {})], timeout=0.5)
+    assert [o.status for o in outcomes] == ["timeout", "crashed"]
+    assert "code 9" in outcomes[1].detail
+    # The crash is seen when the child exits, though its children hold the pipe open.
+    assert time.perf_counter() - start < 0.5 + 2
+    assert sleepers_left(pid_file) == []
+
+
+def test_submit_of_huge_return_values_keeps_little():
+    huge = "x" * (100 * 2**20)  # made once, before the fork: the children share its pages
+
+    def ddp_gpu0_memory_multiplier(num_gpus):
+        return huge  # 100 MiB per call
+
+    tracemalloc.start()
+    try:
+        report = five_functions.submit(ddp_gpu0_memory_multiplier)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.passed == 0 and report.total == 16
+    assert all(len(r.got) <= 250 for r in report.results)
+    assert "must return a Python float, got str" in report.results[0].reason
+    assert peak < 20 * 2**20, f"the caller held {peak / 2**20:.0f} MiB"
+    outcome = run_sandboxed(ddp_gpu0_memory_multiplier, 8)
+    assert outcome.value is None and len(outcome.value_repr) <= 200
+    assert "more than 10000 characters" in outcome.value_note

@@ -29,7 +29,9 @@ import numpy as np
 from dpcost.exercises.report import Report, TestResult
 from dpcost.exercises.sandbox import (
     DEFAULT_TIMEOUT,
+    NO_RESULT,
     Outcome,
+    is_package_function,
     run_many,
     student_function_name,
 )
@@ -120,7 +122,7 @@ def _returns(name: str, args: tuple) -> Case:
 
 def _judge(expect: Returns | Raises, outcome: Outcome) -> str:
     """'' when the outcome meets the expectation, else the reason it does not."""
-    if outcome.status in ("timeout", "crashed", "skipped"):
+    if outcome.status in NO_RESULT:
         return outcome.detail
     if outcome.status == "raised" and outcome.error_type == "NotImplementedError":
         return "not written yet (it still raises NotImplementedError)"
@@ -135,7 +137,9 @@ def _judge(expect: Returns | Raises, outcome: Outcome) -> str:
         return ""
     if outcome.status == "raised":
         return f"raised {outcome.describe()} on valid input"
-    if outcome.value_type != "float" or outcome.value is None or type(outcome.value) is not float:
+    # value_type names the returned type (a student's class called "float" reads
+    # "__main__.float"); value is plain data converted in the child, so it is a float too.
+    if outcome.value_type != "float" or type(outcome.value) is not float:
         return (f"must return a Python float, got {outcome.value_type} (wrap the result in "
                 f"float(...))")
     got, want = outcome.value, expect.value
@@ -265,6 +269,10 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
     else:
         caller = sys._getframe(1).f_globals
         named = [(name, caller.get(name)) for name in FUNCTION_NAMES]
+        for name, fn in named:
+            if fn is not None and is_package_function(fn):
+                raise ValueError(f"{name} here is the dpcost package's own function (imported "
+                                 "from dpcost?); define your own in the notebook instead")
     for name, fn in named:
         tests = battery(name)
         if fn is None or not callable(fn):

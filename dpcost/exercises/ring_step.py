@@ -18,13 +18,16 @@ happens in a forked child with a time limit (:mod:`dpcost.exercises.sandbox`).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from dpcost.exercises.report import Report, TestResult
 from dpcost.exercises.sandbox import (
     DEFAULT_TIMEOUT,
+    NO_RESULT,
     Outcome,
+    is_package_function,
     run_many,
     student_function_name,
 )
@@ -68,7 +71,7 @@ def _as_sends(value):
 
 
 def _judge_sends(expected, outcome: Outcome) -> str:
-    if outcome.status in ("timeout", "crashed", "skipped"):
+    if outcome.status in NO_RESULT:
         return outcome.detail
     if outcome.status == "raised":
         if outcome.error_type == "NotImplementedError":
@@ -98,18 +101,64 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
     return report
 
 
+def _simulate_plain(inputs, reduce_scatter_sends, all_gather_sends) -> tuple:
+    """Run the simulator on the student's schedules and return its trace as plain data.
+
+    Runs in the sandbox's child (the kernel receives only these tuples of ints and strings):
+    (outputs per rank, bytes sent per rank, bytes received per rank, (phase, step, src, dst)
+    per transfer).
+    """
+    from dpcost import ring
+
+    trace = ring.simulate_ring_allreduce(inputs, reduce_scatter_sends, all_gather_sends)
+    return (tuple(tuple(out.tolist()) for out in trace.outputs), tuple(trace.sent_bytes),
+            tuple(trace.received_bytes),
+            tuple((t.phase, t.step, t.src, t.dst) for t in trace.transfers))
+
+
+@dataclass
+class _Trace:
+    """What the kernel keeps of one simulated all-reduce (plain data, checked)."""
+
+    outputs: list[np.ndarray]
+    sent_bytes: tuple
+    received_bytes: tuple
+    transfers: tuple  # (phase, step, src, dst)
+
+
+def _ints(values, count=None) -> bool:
+    return isinstance(values, tuple) and (count is None or len(values) == count) and all(
+        type(v) is int for v in values)
+
+
+def _trace(outcome: Outcome, num_ranks: int, length: int) -> _Trace | None:
+    """The trace of ``_simulate_plain``, or None when the value is not of that shape."""
+    value = outcome.value
+    if not (isinstance(value, tuple) and len(value) == 4):
+        return None
+    outputs, sent, received, transfers = value
+    if not (isinstance(outputs, tuple) and len(outputs) == num_ranks
+            and all(_ints(out, length) for out in outputs)
+            and _ints(sent, num_ranks) and _ints(received, num_ranks)
+            and isinstance(transfers, tuple) and all(
+                isinstance(t, tuple) and len(t) == 4 and type(t[0]) is str and _ints(t[1:])
+                for t in transfers)):
+        return None
+    return _Trace([np.array(out, dtype=np.int64) for out in outputs], sent, received, transfers)
+
+
 def _inputs(num_ranks: int, length: int) -> list[np.ndarray]:
     # Integers, so "every rank holds the sum" means exactly; seeded per setting.
     rng = np.random.default_rng(1000 * num_ranks + length)
     return [rng.integers(-1000, 1000, size=length, dtype=np.int64) for _ in range(num_ranks)]
 
 
-def _judge_result(inputs, outcome: Outcome) -> tuple[str, str]:
+def _judge_result(inputs, outcome: Outcome, trace: _Trace | None) -> tuple[str, str]:
     """(got, reason) for "every rank ends with the sum of all inputs"."""
-    if outcome.status != "returned":
+    if trace is None:
         return outcome.describe(), _run_failure(outcome)
     total = np.sum(np.stack(inputs), axis=0)  # the sum, computed here, not by the simulator
-    for rank, out in enumerate(outcome.value.outputs):
+    for rank, out in enumerate(trace.outputs):
         if not np.array_equal(out, total):
             wrong = int(np.count_nonzero(out != total))
             return (f"rank {rank} wrong at {wrong} of {total.size} elements",
@@ -123,15 +172,18 @@ def _run_failure(outcome: Outcome) -> str:
         return "not written yet (it still raises NotImplementedError)"
     if outcome.status == "raised":
         return f"the simulator stopped: {outcome.describe()}"
+    if outcome.status == "returned":
+        return ("the simulator's trace did not come back as expected"
+                + (f": {outcome.value_note}" if outcome.value_note else ""))
     return outcome.detail
 
 
-def _judge_bytes(num_ranks: int, nbytes: int, outcome: Outcome) -> tuple[str, str]:
+def _judge_bytes(num_ranks: int, nbytes: int, outcome: Outcome, trace: _Trace | None
+                 ) -> tuple[str, str]:
     """(got, reason) for "each rank sends and receives 2 (n - 1) / n * S bytes"."""
-    if outcome.status != "returned":
+    if trace is None:
         return outcome.describe(), _run_failure(outcome)
     want = 2 * (num_ranks - 1) * nbytes // num_ranks  # exact: S divides by n here
-    trace = outcome.value
     for rank in range(num_ranks):
         sent, received = trace.sent_bytes[rank], trace.received_bytes[rank]
         if (sent, received) != (want, want):
@@ -141,18 +193,18 @@ def _judge_bytes(num_ranks: int, nbytes: int, outcome: Outcome) -> tuple[str, st
     return f"every rank sent and received {want} B", ""
 
 
-def _judge_balance(num_ranks: int, outcome: Outcome) -> tuple[str, str]:
+def _judge_balance(num_ranks: int, outcome: Outcome, trace: _Trace | None) -> tuple[str, str]:
     """(got, reason) for "in every step each rank sends one chunk and receives one"."""
-    if outcome.status != "returned":
+    if trace is None:
         return outcome.describe(), _run_failure(outcome)
     steps: dict[tuple[str, int], list] = {}
-    for record in outcome.value.transfers:
-        steps.setdefault((record.phase, record.step), []).append(record)
+    for phase, step, src, dst in trace.transfers:
+        steps.setdefault((phase, step), []).append((src, dst))
     for phase in ("reduce-scatter", "all-gather"):
         for step in range(num_ranks - 1):
             records = steps.get((phase, step), [])
-            senders = sorted(r.src for r in records)
-            receivers = sorted(r.dst for r in records)
+            senders = sorted(src for src, _ in records)
+            receivers = sorted(dst for _, dst in records)
             if senders != list(range(num_ranks)) or receivers != list(range(num_ranks)):
                 return (f"{phase} step {step}: senders {senders}, receivers {receivers}",
                         "in a ring step every rank sends exactly one chunk and receives "
@@ -174,6 +226,10 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT) -> Report:
     else:
         caller = sys._getframe(1).f_globals
         given = {name: caller[name] for name in PHASE_NAMES if callable(caller.get(name))}
+        for name, fn in given.items():
+            if is_package_function(fn):
+                raise ValueError(f"{name} here is the dpcost package's own schedule (imported "
+                                 "from dpcost?); define your own in the notebook instead")
     if not given:
         raise ValueError("define reduce_scatter_sends and/or all_gather_sends first, then "
                          "pass them: submit(reduce_scatter_sends, all_gather_sends)")
@@ -187,34 +243,36 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT) -> Report:
                                 "runs that phase.")
     settings = [(n, EVEN_LENGTH) for n in range(2, 9)] + UNEVEN_CASES
     inputs = {setting: _inputs(*setting) for setting in settings}
-    outcomes = run_many([(ring.simulate_ring_allreduce, (inputs[setting], rs, ag), {})
+    outcomes = run_many([(_simulate_plain, (inputs[setting], rs, ag), {})
                          for setting in settings], timeout, max_timeouts=2)
     for (n, length), outcome in zip(settings, outcomes, strict=True):
         nbytes = length * 8  # int64
         call = f"{n} ranks, {length} int64 each (S = {nbytes} B)"
+        trace = _trace(outcome, n, length) if outcome.returned else None
         judged = [("result", "every rank holds the sum", _judge_result(inputs[n, length],
-                                                                        outcome))]
+                                                                        outcome, trace))]
         if length == EVEN_LENGTH:
             want = 2 * (n - 1) * nbytes // n
             judged.append(("bytes per rank", f"each rank sends and receives {want} B",
-                           _judge_bytes(n, nbytes, outcome)))
+                           _judge_bytes(n, nbytes, outcome, trace)))
             if n in (2, 5, 8):
                 judged.append(("one chunk per rank per step", "one chunk per rank per step",
-                               _judge_balance(n, outcome)))
+                               _judge_balance(n, outcome, trace)))
         else:
             judged.append(("total bytes", f"2(n-1)*S = {2 * (n - 1) * nbytes} B in all",
-                           _judge_total(n, nbytes, outcome)))
+                           _judge_total(n, nbytes, outcome, trace)))
         for category, expected, (got, reason) in judged:
             report.results.append(TestResult(label, f"n = {n}: {category}", call, expected, got,
                                              not reason, reason, outcome.stdout))
     return report
 
 
-def _judge_total(num_ranks: int, nbytes: int, outcome: Outcome) -> tuple[str, str]:
+def _judge_total(num_ranks: int, nbytes: int, outcome: Outcome, trace: _Trace | None
+                 ) -> tuple[str, str]:
     """(got, reason) for "all ranks together send 2 (n - 1) S bytes" (uneven chunks)."""
-    if outcome.status != "returned":
+    if trace is None:
         return outcome.describe(), _run_failure(outcome)
-    total, want = sum(outcome.value.sent_bytes), 2 * (num_ranks - 1) * nbytes
+    total, want = sum(trace.sent_bytes), 2 * (num_ranks - 1) * nbytes
     if total != want:
         return (f"{total} B in all", f"the ranks together must send 2(n-1)*S = {want} bytes "
                                      f"(each chunk n-1 times per phase), not {total}")
