@@ -252,3 +252,13 @@ def test_submit_without_arguments_refuses_an_imported_package_function():
     namespace = {"submit": submit, "dp_gpu0_memory_multiplier": dpcost.dp_gpu0_memory_multiplier}
     with pytest.raises(ValueError, match="package's own function"):
         exec("submit()", namespace)
+
+
+def test_expected_values_beyond_float_range_keep_their_sign():
+    from dpcost import dp_gpu0_memory_multiplier
+    from dpcost.exercises.five_functions import expected_value
+
+    assert expected_value("dp_gpu0_memory_multiplier", (-10**400,)) == float("-inf")
+    assert expected_value("dp_gpu0_memory_multiplier", (-10**400,)) == \
+        dp_gpu0_memory_multiplier(-10**400)
+    assert expected_value("dp_gpu0_memory_multiplier", (10**400,)) == float("inf")

@@ -50,8 +50,8 @@ _TAKES_SIZE = {"dp_communication_volume", "ddp_communication_volume",
 def _exact_float(value: Fraction) -> float:
     try:
         return float(value)
-    except OverflowError:  # beyond float range: the contract saturates to inf
-        return math.inf
+    except OverflowError:  # beyond float range: the contract saturates to inf, keeping the sign
+        return math.inf if value > 0 else -math.inf
 
 
 def expected_value(name: str, args: tuple) -> float:
