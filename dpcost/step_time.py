@@ -144,20 +144,25 @@ def hierarchical_allreduce_time(size_bytes, gpus_per_node, num_nodes, intra_band
 
 
 def flat_ring_multinode_time(size_bytes, gpus_per_node, num_nodes, intra_bandwidth_bytes_per_s,
-                             intra_latency_s, inter_bandwidth_bytes_per_s,
-                             inter_latency_s) -> float:
-    """One flat ring over all n = g N GPUs: every one of its 2 (n-1) steps waits for the
-    slowest hop, a node-to-node link when N > 1: ``2 (n-1) (a_e + S / (n b_e))``.
+                             intra_latency_s, inter_bandwidth_bytes_per_s, inter_latency_s,
+                             rings=1) -> float:
+    """A flat ring all-reduce over all n = g N GPUs, in seconds.
 
-    With N = 1 it is the ring inside the node. Compare ``hierarchical_allreduce_time``: the
-    bandwidth term is about the same (the inter-node link carries 2 S/g either way, NCCL's
-    rings use every NIC), but the flat ring pays 2 (n-1) inter-node latencies, not 2 (N-1).
+    One ring: each of its 2 (n-1) steps moves S/n over every hop at once and waits for the
+    slowest, a node-to-node hop through one NIC when N > 1: ``2 (n-1) (a_e + S / (n b_e))``,
+    about 2 S / b_e. NCCL runs several rings in parallel (channels), over different NICs:
+    ``rings`` divides the bandwidth term (at most g, one NIC per GPU), not the latency.
+    With N = 1 it is the ring inside the node. Compare ``hierarchical_allreduce_time``, whose
+    inter-node part pays 2 (N-1) latencies instead of 2 (n-1) and moves S/g per NIC.
     """
     S = _real(size_bytes, "size_bytes")
     g = check_num_gpus(gpus_per_node)
     nodes = check_num_gpus(num_nodes)
     if g < 1 or nodes < 1:
         raise ValueError(f"gpus_per_node and num_nodes must be >= 1, got {g!r}, {nodes!r}")
+    if isinstance(rings, bool) or not isinstance(rings, numbers.Integral) or not 1 <= rings <= g:
+        raise ValueError(f"rings must be an integer between 1 and gpus_per_node, got {rings!r}")
+    r = int(rings)
     if nodes == 1:
         return ring_allreduce_time(S, g, intra_bandwidth_bytes_per_s, intra_latency_s)
     _real(intra_bandwidth_bytes_per_s, "intra_bandwidth_bytes_per_s", strict=True)
@@ -165,7 +170,7 @@ def flat_ring_multinode_time(size_bytes, gpus_per_node, num_nodes, intra_bandwid
     b_e = _real(inter_bandwidth_bytes_per_s, "inter_bandwidth_bytes_per_s", strict=True)
     a_e = _real(inter_latency_s, "inter_latency_s")
     n = g * nodes
-    return 2 * (n - 1) * (a_e + S / (n * b_e))
+    return 2 * (n - 1) * (a_e + S / (n * b_e * r))
 
 
 NCCL_ALGORITHM_NOTE = (

@@ -46,6 +46,9 @@ def test_hierarchical_by_hand():
     assert t["total"] == pytest.approx(9 + 30 + 9)
     # flat ring over 8 GPUs: 14 steps, each waiting for an inter-node hop of S/8
     assert flat_ring_multinode_time(800, 4, 2, 100, 1, 10, 5) == pytest.approx(14 * (5 + 10))
+    # 4 rings over 4 NICs: a quarter of the bytes per NIC, the same latency
+    assert flat_ring_multinode_time(800, 4, 2, 100, 1, 10, 5, rings=4) == pytest.approx(
+        14 * (5 + 2.5))
     # one node: both are the ring inside the node
     assert flat_ring_multinode_time(800, 4, 1, 100, 1, 10, 5) == ring_allreduce_time(
         800, 4, 100, 1)
@@ -218,6 +221,8 @@ def test_gloo_messages_match_a_simulation_of_the_loops():
     (lambda: hierarchical_allreduce_time(1, 0, 2, 1, 0, 1, 0), "gpus_per_node"),
     (lambda: hierarchical_allreduce_time(1, 2, 0, 1, 0, 1, 0), "num_nodes"),
     (lambda: hierarchical_allreduce_time(1, 2, 2, 1, 0, 0, 0), "inter_bandwidth"),
+    (lambda: flat_ring_multinode_time(1, 2, 2, 1, 0, 1, 0, rings=3), "rings"),
+    (lambda: flat_ring_multinode_time(1, 2, 2, 1, 0, 1, 0, rings=0), "rings"),
     (lambda: compute_time(1, 1, 0), "utilisation"),
     (lambda: compute_time(1, 1, 1.5), "utilisation"),
     (lambda: compute_time(1, 0, 0.5), "peak_flops_per_s"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from dpcost.plots import style
 
@@ -19,7 +20,7 @@ def modelled_timeline(steps: dict, title: str):
     start_ms, end_ms)]}.
     """
     style.apply()
-    fig = Figure(figsize=(12.0, 1.2 + 1.1 * 2 * len(steps)))
+    fig = Figure(figsize=(12.0, 2.2 + 0.75 * 2 * len(steps)))
     ax = fig.subplots()
     data, yticks, ylabels, row = {}, [], [], 0
     for label, step in steps.items():
@@ -44,10 +45,11 @@ def modelled_timeline(steps: dict, title: str):
     ax.invert_yaxis()
     ax.set_xlabel("time from the start of the step (ms)")
     ax.set_title(title)
-    ax.barh([], [], color="#7f8c8d", label="compute (forward, backward, loss, optimizer)")
-    ax.barh([], [], color=style.DP_COLOR, label="DataParallel communication")
-    ax.barh([], [], color=style.DDP_COLOR, label="DDP all-reduce, one bar per bucket")
-    ax.legend(loc="lower right", fontsize=11)
+    ax.legend(handles=[
+        Patch(color="#7f8c8d", label="compute (forward, backward, loss, optimizer)"),
+        Patch(color=style.DP_COLOR, label="DataParallel communication"),
+        Patch(color=style.DDP_COLOR, label="DDP all-reduce, one bar per bucket")],
+        loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=11)
     longest = max((s.total_s for s in steps.values()), default=0) * 1e3
     ax.set_xlim(0, longest * 1.45 if longest > 0 else 1)
     fig.tight_layout()
