@@ -18,13 +18,20 @@ predicted) is gloo's framing, a few hundred bytes per message, plus the closing 
 from __future__ import annotations
 
 from dpcost.core import ddp_communication_volume, dp_communication_volume
+from dpcost.measure import strategy_scenarios
+from dpcost.measure.shape import DEPTH
 from dpcost.units import format_bytes
 
-SCENARIOS = ("ddp", "dp", "dataparallel-cuda")
+# The strategies beyond DDP (strategy_scenarios.NAMES) are predicted by dpcost.strategies.
+SCENARIOS = ("ddp", "dp", "dataparallel-cuda") + strategy_scenarios.NAMES
 
 
 def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: int) -> tuple:
     """(sent, received) bytes per iteration that the five functions predict for ``rank``."""
+    if scenario in strategy_scenarios.NAMES:
+        predicted = strategy_scenarios.predictions(scenario, rank, param_bytes, world_size,
+                                                   DEPTH)
+        return predicted["predicted_sent_bytes"], predicted["predicted_received_bytes"]
     if scenario.startswith("ddp"):
         per_rank = ddp_communication_volume(param_bytes, world_size)
         return per_rank, per_rank
@@ -50,6 +57,11 @@ def scenario_rows(scenario: str, results: list, param_bytes: float, world_size: 
             sent_remainder_bytes=result["sent_bytes"] - sent,
             received_remainder_bytes=result["received_bytes"] - received,
         )
+        if scenario in strategy_scenarios.NAMES:  # messages and model state, predicted too
+            row.update(strategy_scenarios.predictions(scenario, result["rank"], param_bytes,
+                                                      world_size, DEPTH))
+            row["sent_remainder_per_message_bytes"] = (row["sent_remainder_bytes"]
+                                                       / max(1, result["messages"]))
         rows.append(row)
     return rows
 
@@ -60,7 +72,8 @@ def link_busy_bytes(scenario: str, sent: float, received: float) -> float:
     dp: sent + received (parameters out, then gradients in: sequential phases);
     ddp: max(sent, received) (the ring sends and receives at once).
     """
-    return max(sent, received) if scenario.startswith("ddp") else sent + received
+    ring_like = scenario.startswith("ddp") or scenario in strategy_scenarios.NAMES
+    return max(sent, received) if ring_like else sent + received
 
 
 def scenario_totals(scenario: str, rows: list, param_bytes: float, world_size: int) -> dict:
@@ -70,7 +83,8 @@ def scenario_totals(scenario: str, rows: list, param_bytes: float, world_size: i
     return {
         "sent_bytes": sum(row["sent_bytes"] for row in rows),
         "received_bytes": sum(row["received_bytes"] for row in rows),
-        "predicted_total_bytes": 2 * (world_size - 1) * param_bytes,  # same for DP and DDP
+        # 2 (n-1) P for DP and DDP alike; the strategies' own sums otherwise
+        "predicted_total_bytes": sum(row["predicted_sent_bytes"] for row in rows),
         "busiest_rank": rows[busiest]["rank"],
         "busiest_link_busy_bytes": busy[busiest],
     }
@@ -130,7 +144,14 @@ def render_table(report: dict) -> str:
                 f" {'-' if memory is None else f'{memory / 2**20:.1f}':>8}"
                 f" {row['step_time_s'] * 1e3:>8.1f}")
         total = report["totals"][name]
-        lines.append(f"total sent {total['sent_bytes'] / 1e6:.4f} MB (2(n-1)P = "
+        if name in strategy_scenarios.NAMES:
+            row = rows[0]
+            lines.append(f"{row['formula']} ({row['source']}); messages per step: "
+                         f"{row['messages']:g} measured, {row['predicted_messages']} predicted; "
+                         f"model state {row['state_census_bytes'] / 1e6:.4f} MB read, "
+                         f"{row['predicted_state_census_bytes'] / 1e6:.4f} MB predicted")
+        label = "predicted" if name in strategy_scenarios.NAMES else "2(n-1)P ="
+        lines.append(f"total sent {total['sent_bytes'] / 1e6:.4f} MB ({label} "
                      f"{total['predicted_total_bytes'] / 1e6:.4f} MB); busiest link: rank "
                      f"{total['busiest_rank']}, busy for "
                      f"{total['busiest_link_busy_bytes'] / 1e6:.4f} MB")
