@@ -50,7 +50,7 @@ __all__ = [
     "reduce_scatter_bytes", "broadcast_bytes", "bucket_assignment", "ddp_bucket_caps",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
-    "ladder", "LADDER",
+    "ladder", "LADDER", "ladder_model_states", "H100_SXM_MEMORY_BYTES", "H100_SXM_SOURCE",
 ]
 
 # Bytes per element of the dtypes a hook or a precision uses.
@@ -572,3 +572,35 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
             fsdp(p, num_gpus, False, backend, units, **common),
             fsdp(p, num_gpus, True, backend, units, **common)]
     return rows
+
+
+# An 80 GB GPU: NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: "GPU memory 80GB" (HBM3).
+# Decimal bytes, as the datasheet states it; the driver reports a little less usable memory.
+H100_SXM_MEMORY_BYTES = 80e9
+H100_SXM_SOURCE = "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, GPU memory 80GB"
+
+
+def ladder_model_states(num_params, num_gpus, precision: str = "mixed",
+                        optimizer: str = "adam") -> dict:
+    """Model-state bytes per GPU on each rung of ``LADDER`` for a model of ``num_params``
+    (the busiest GPU: GPU0 under DP). Activations come on top.
+
+    DP (both paths): GPU0 holds parameters, gradients and the only optimizer, (p + g + K) Psi
+    (plus, during ``reduce_add``, a second gradient buffer: not counted). DDP, accumulation
+    and the bf16 hook: (p + g + K) Psi. PowerSGD: that plus its error-feedback buffer, g Psi
+    (``PowerSGDState.error_dict``, one per bucket). ZeRO-1: stage 1. FSDP full sharding:
+    stage 3; FSDP without resharding keeps the unsharded parameters between forward and
+    backward: p Psi + (p + g + K) Psi / n.
+    """
+    psi = _real(num_params, "num_params")
+    n = _ranks(num_gpus)
+    p, g, k = bytes_per_parameter(precision, optimizer)
+    ddp_state = model_state_bytes(psi, n, 0, p, g, k)
+    return {
+        "DP (copy path)": ddp_state, "DP (NCCL path)": ddp_state, "DDP": ddp_state,
+        "+ accumulation": ddp_state, "+ bf16 hook": ddp_state,
+        "PowerSGD": ddp_state + g * psi,
+        "ZeRO-1": model_state_bytes(psi, n, 1, p, g, k),
+        "FSDP no reshard": p * psi + model_state_bytes(psi, n, 3, p, g, k),
+        "FSDP full sharding": model_state_bytes(psi, n, 3, p, g, k),
+    }

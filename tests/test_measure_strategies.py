@@ -129,3 +129,39 @@ def test_the_same_training_where_the_arithmetic_is_the_same(run):
     # PowerSGDState.iter counts DDP iterations (maybe_increase_iter on the last bucket): the 2
     # warm-up ones ran plain all-reduces, the 2 measured ones compressed (the bytes above)
     assert run["scenarios"]["powersgd"][0]["powersgd_iter"] == run["warmup"] + run["steps"]
+
+
+def test_the_ladder_rows_join_model_and_measurement(run):
+    from dpcost.measure.strategy_scenarios import format_ladder_table, ladder_rows
+
+    rows = ladder_rows(run)
+    assert [row["rung"] for row in rows][:3] == ["DP (copy path)", "DP (NCCL path)", "DDP"]
+    nccl = rows[1]
+    assert nccl["measured_sent_bytes"] is None and nccl["why_not_measured"] == "needs GPUs and NCCL"
+    for row in rows:
+        if row["measured_sent_bytes"] is not None and row["rung"] != "PowerSGD":
+            assert abs(row["measured_sent_bytes"] / row["modelled_sent_bytes"] - 1) < TOLERANCE
+    assert len(format_ladder_table(rows).splitlines()) == 1 + len(rows)
+
+
+def test_unavailable_says_why_and_rejects_unknown_names():
+    from dpcost.measure.strategy_scenarios import _torch_has_cuda, unavailable
+
+    for name in NAMES:
+        why = unavailable(name, "gloo")
+        if name == "bf16-hook" and not _torch_has_cuda():
+            assert "CPU build" in why and "bf16-cast" in why
+        else:
+            assert why is None, name
+    with pytest.raises(ValueError, match="strategy scenario"):
+        unavailable("zero4", "gloo")
+
+
+def test_shapes_from_param_bytes_and_bad_input():
+    from dpcost.measure.strategy_scenarios import linear_stack_shapes, predictions
+
+    assert linear_stack_shapes(4 * 4 * (250 * 250 + 250), 4) == [(250, 250), (250,)] * 4
+    with pytest.raises(ValueError, match="param_bytes"):
+        linear_stack_shapes(1_000_001, 4)
+    with pytest.raises(ValueError, match="strategy scenario"):
+        predictions("ddp", 0, 1_004_000, 2, 4)

@@ -200,3 +200,16 @@ def test_wrong_types_are_type_errors():
         st.accumulation(1e6, 2, 2.5)
     with pytest.raises(TypeError, match="reshard_after_forward"):
         st.fsdp(1e6, 2, "yes")
+
+
+def test_ladder_model_states_for_llama_on_80_gb():
+    psi = 6_738_415_616  # Llama-2 7B (dpcost.presets)
+    states = st.ladder_model_states(psi, 8)  # mixed-precision Adam: 2 + 2 + 12
+    assert states["DDP"] == 16 * psi
+    assert states["PowerSGD"] == 18 * psi  # + the error-feedback copy of the gradients
+    assert states["ZeRO-1"] == 4 * psi + 12 * psi / 8
+    assert states["FSDP no reshard"] == 2 * psi + 16 * psi / 8
+    assert states["FSDP full sharding"] == 2 * psi
+    fits = [rung for rung, b in states.items() if b <= st.H100_SXM_MEMORY_BYTES]
+    assert fits == ["ZeRO-1", "FSDP no reshard", "FSDP full sharding"]
+    assert list(states) == list(st.LADDER)

@@ -2,8 +2,9 @@
 
 Every scenario trains the Linear stack of ``scenarios.build_model`` with ``torch.optim.Adam``
 (fp32: 4 + 4 + 8 bytes per parameter of model state) on a small regression task: fit
-``tanh(x T)`` for a fixed random T (seed 1), mean-squared error, the same batches on every
-scenario (``scenarios._batch``). One ``step`` is one optimizer step.
+``tanh(x T)`` for a fixed random T (seed 1), mean-squared error, on a fixed training set of
+``DATASET_BATCHES`` batches per rank (``scenarios._batch``), cycled, the same on every
+scenario. One ``step`` is one optimizer step.
 
 - ``ddp-adam``: plain DDP (the ladder's DDP rung, with Adam's state to compare memory with).
 - ``accumulation``: k = ``MICRO_STEPS`` micro-batches per step, the first k - 1 under
@@ -48,6 +49,7 @@ BUCKET_CAP_MB = 0.5  # MiB: several buckets for a model of a few MB
 POWERSGD_BUCKET_CAP_MB = 1024  # MiB: one bucket (see StrategyScenario._wrap)
 LEARNING_RATE = 1e-3
 TEACHER_SEED = 1
+DATASET_BATCHES = 4  # batches per rank in the training set (cycled): the loss can fall
 COUNTED = ("all_reduce", "broadcast", "all_gather_single", "reduce_scatter_single")
 BUILT_IN_ALLREDUCE = ("ddp-adam", "accumulation", "zero1")  # DDP without a comm hook
 NAMES = ("ddp-adam", "accumulation", "fp16-hook", "bf16-hook", "bf16-cast", "powersgd",
@@ -191,7 +193,9 @@ class StrategyScenario:
 
         from dpcost.measure.scenarios import _batch
 
-        x = _batch(self.width, self.rank, 100 * iteration + micro, self.device)
+        # a small fixed data set: each rank cycles through DATASET_BATCHES batches
+        x = _batch(self.width, self.rank, 100 * (iteration % DATASET_BATCHES) + micro,
+                   self.device)
         return (self.model(x) - torch.tanh(x @ self.teacher)).square().mean()
 
     def step(self, iteration, progress):
@@ -365,3 +369,75 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
             "predicted_messages": cost.messages,
             "predicted_state_census_bytes": state,
             "formula": cost.formula, "source": cost.source}
+
+
+# The lesson's ladder (dpcost.strategies.LADDER) and the scenario that measures each rung here;
+# None: not measurable on this CPU (the NCCL path needs GPUs and NCCL).
+LADDER_SCENARIOS = {
+    "DP (copy path)": "dp", "DP (NCCL path)": None, "DDP": "ddp-adam",
+    "+ accumulation": "accumulation", "+ bf16 hook": "bf16-cast", "PowerSGD": "powersgd",
+    "ZeRO-1": "zero1", "FSDP no reshard": "fsdp-no-reshard", "FSDP full sharding": "fsdp",
+}
+
+
+def ladder_rows(report: dict, rank: int = 0) -> list:
+    """One dict per rung for ``rank``: modelled bytes sent per optimizer step, messages and
+    model-state bytes (``dpcost.strategies.ladder`` for the measured model, fp32 Adam, on the
+    report's backend) beside the measured ones, None where the rung did not run.
+
+    ``modelled_state_bytes`` is what the census reads after the optimizer step;
+    ``modelled_peak_state_bytes`` the peak (FSDP without resharding holds p Psi more between
+    forward and backward).
+    """
+    from dpcost import strategies as st
+    from dpcost.measure.shape import DEPTH
+
+    n, p = report["world_size"], report["param_bytes"]
+    shapes = linear_stack_shapes(p, DEPTH)
+    buckets = len(st.bucket_assignment(ready_order_bytes(shapes), st.ddp_bucket_caps()))
+    modelled = st.ladder(shapes, n, rank, report["backend"], MICRO_STEPS, POWERSGD_RANK,
+                         buckets, DEPTH)
+    psi = p // 4
+    rows = []
+    for rung, cost in zip(st.LADDER, modelled, strict=True):
+        between = cost.model_state_bytes  # what the census reads, after the optimizer step
+        if rung == "FSDP no reshard":  # resharded after backward: the peak's p Psi is gone
+            between = st.model_state_bytes(psi, n, 3, 4, 4, 8)
+        scenario = LADDER_SCENARIOS[rung]
+        measured = None
+        if scenario in report["scenarios"]:
+            measured = next(r for r in report["scenarios"][scenario] if r["rank"] == rank)
+        rows.append({
+            "rung": rung, "scenario": scenario,
+            "modelled_sent_bytes": cost.sent_bytes, "modelled_received_bytes":
+                cost.received_bytes, "modelled_messages": cost.messages,
+            "modelled_state_bytes": between, "modelled_peak_state_bytes": cost.model_state_bytes,
+            "measured_sent_bytes": measured["sent_bytes"] if measured else None,
+            "measured_received_bytes": measured["received_bytes"] if measured else None,
+            "measured_messages": measured.get("messages") if measured else None,
+            "measured_state_bytes": measured.get("state_census_bytes") if measured else None,
+            "peak_rss_growth_bytes": measured["peak_memory_bytes"] if measured else None,
+            "why_not_measured": None if measured else (
+                "needs GPUs and NCCL" if scenario is None else report["skipped"].get(
+                    scenario, f"scenario {scenario} was not run")),
+        })
+    return rows
+
+
+def format_ladder_table(rows: list) -> str:
+    """``ladder_rows`` as a text table: MB (10^6 B) per rank per optimizer step, messages and
+    model state, modelled beside measured ("-" where the rung did not run here)."""
+    def mb(value):
+        return "-" if value is None else f"{value / 1e6:.4f}"
+
+    def count(value):
+        return "-" if value is None else f"{value:g}"
+
+    lines = [f"{'rung':<20} {'sent MB':>9} {'measured':>9} {'msgs':>5} {'measured':>8} "
+             f"{'state MB':>9} {'measured':>9}"]
+    for row in rows:
+        lines.append(f"{row['rung']:<20} {mb(row['modelled_sent_bytes']):>9} "
+                     f"{mb(row['measured_sent_bytes']):>9} {count(row['modelled_messages']):>5} "
+                     f"{count(row['measured_messages']):>8} {mb(row['modelled_state_bytes']):>9} "
+                     f"{mb(row['measured_state_bytes']):>9}")
+    return "\n".join(lines)
