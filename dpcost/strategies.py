@@ -50,6 +50,7 @@ __all__ = [
     "reduce_scatter_bytes", "broadcast_bytes", "bucket_assignment", "ddp_bucket_caps",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
+    "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
     "ladder", "LADDER", "ladder_model_states", "H100_SXM_MEMORY_BYTES", "H100_SXM_SOURCE",
 ]
 
@@ -545,6 +546,39 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
                            if backend == "gloo" else ""))
 
 
+def fsdp_shard_rows(rows: int, num_gpus, rank: int) -> int:
+    """Rows of a dim-0 length ``rows`` that ``rank`` holds under FSDP2: ``torch.chunk`` into n
+    chunks of ceil(rows / n), the last ones shorter or empty
+    (``_fsdp_common._chunk_with_empty``)."""
+    n = _ranks(num_gpus)
+    rows, rank = _integer(rows, "rows", 0), _integer(rank, "rank", 0)
+    chunk = -(-rows // n)
+    return max(0, min(chunk, rows - rank * chunk))
+
+
+def fsdp_padded_param_bytes(shapes, num_gpus, element_bytes: int = 4) -> int:
+    """The P that FSDP2's collectives move: every shard is padded to the first chunk's size
+    (``FSDPParam._init_sharded_param``: ``padded_sharded_param_size = chunks[0].size()``), so
+    each parameter all-gathers n ceil(rows / n) x rest elements. Equals P when n divides every
+    parameter's first dimension."""
+    n = _ranks(num_gpus)
+    w = _integer(element_bytes, "element_bytes", 1)
+    total = 0
+    for index, shape in enumerate(shapes):
+        rows, cols = _matrix(shape, index)
+        total += n * -(-rows // n) * cols
+    return total * w
+
+
+def fsdp_local_numel(shapes, num_gpus, rank: int) -> int:
+    """Parameter elements ``rank`` holds (its unpadded shards) under FSDP2."""
+    total = 0
+    for index, shape in enumerate(shapes):
+        rows, cols = _matrix(shape, index)
+        total += fsdp_shard_rows(rows, num_gpus, rank) * cols
+    return total
+
+
 # --- the ladder -------------------------------------------------------------------------------
 
 LADDER = ("DP (copy path)", "DP (NCCL path)", "DDP", "+ accumulation", "+ bf16 hook",
@@ -561,6 +595,7 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
     psi = sum(numels)
     p = psi * element_bytes
     units = num_units if num_units is not None else max(1, len(shapes) // 2)
+    padded = fsdp_padded_param_bytes(shapes, num_gpus, element_bytes)
     common = dict(num_params=psi, precision=precision, optimizer=optimizer)
     rows = [dp_copy_path(p, num_gpus, rank, **common), dp_nccl_path(p, num_gpus, rank, **common),
             ddp(p, num_gpus, num_buckets, **common),
@@ -569,8 +604,8 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
             powersgd(shapes, num_gpus, powersgd_rank, element_bytes=element_bytes, **common),
             zero1(numels, num_gpus, rank, element_bytes, backend, num_buckets=num_buckets,
                   precision=precision, optimizer=optimizer),
-            fsdp(p, num_gpus, False, backend, units, **common),
-            fsdp(p, num_gpus, True, backend, units, **common)]
+            fsdp(padded, num_gpus, False, backend, units, **common),
+            fsdp(padded, num_gpus, True, backend, units, **common)]
     return rows
 
 

@@ -213,3 +213,13 @@ def test_ladder_model_states_for_llama_on_80_gb():
     fits = [rung for rung, b in states.items() if b <= st.H100_SXM_MEMORY_BYTES]
     assert fits == ["ZeRO-1", "FSDP no reshard", "FSDP full sharding"]
     assert list(states) == list(st.LADDER)
+
+
+def test_fsdp2_pads_shards_to_the_first_chunk():
+    # torch.chunk(500 rows, 3) -> 167, 167, 166; every shard is padded to 167 rows
+    assert [st.fsdp_shard_rows(500, 3, r) for r in range(3)] == [167, 167, 166]
+    assert [st.fsdp_shard_rows(4, 3, r) for r in range(3)] == [2, 2, 0]
+    shapes = [(500, 500), (500,)]
+    assert st.fsdp_padded_param_bytes(shapes, 3) == 4 * (501 * 500 + 501)
+    assert st.fsdp_padded_param_bytes(shapes, 2) == 4 * (500 * 500 + 500)  # n divides: P
+    assert st.fsdp_local_numel(shapes, 3, 2) == 166 * 500 + 166

@@ -359,11 +359,12 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
         cost = st.ddp(p, n, capped, **common)
     elif name == "zero1":
         cost = st.zero1(numels, n, rank, 4, backend, num_buckets=buckets)
-    else:
-        cost = st.fsdp(p, n, name == "fsdp", backend, depth, **common)
+    else:  # shards padded to ceil(rows / n) rows (FSDP2), so P grows unless n divides w
+        cost = st.fsdp(st.fsdp_padded_param_bytes(shapes, n), n, name == "fsdp", backend,
+                       depth, **common)
     state = cost.model_state_bytes
-    if name.startswith("fsdp"):  # the census is read after the step: everything resharded
-        state = st.model_state_bytes(psi, n, 3, 4, 4, 8)
+    if name.startswith("fsdp"):  # the census is read after the step: everything resharded,
+        state = 16 * st.fsdp_local_numel(shapes, n, rank)  # this rank's shards, fp32 Adam
     return {"predicted_sent_bytes": cost.sent_bytes,
             "predicted_received_bytes": cost.received_bytes,
             "predicted_messages": cost.messages,
@@ -397,12 +398,11 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
     buckets = len(st.bucket_assignment(ready_order_bytes(shapes), st.ddp_bucket_caps()))
     modelled = st.ladder(shapes, n, rank, report["backend"], MICRO_STEPS, POWERSGD_RANK,
                          buckets, DEPTH)
-    psi = p // 4
     rows = []
     for rung, cost in zip(st.LADDER, modelled, strict=True):
         between = cost.model_state_bytes  # what the census reads, after the optimizer step
-        if rung == "FSDP no reshard":  # resharded after backward: the peak's p Psi is gone
-            between = st.model_state_bytes(psi, n, 3, 4, 4, 8)
+        if rung.startswith("FSDP"):  # this rank's shards (the peak adds p Psi w/o reshard)
+            between = 16 * st.fsdp_local_numel(shapes, n, rank)
         scenario = LADDER_SCENARIOS[rung]
         measured = None
         if scenario in report["scenarios"]:
