@@ -165,3 +165,14 @@ def test_shapes_from_param_bytes_and_bad_input():
         linear_stack_shapes(1_000_001, 4)
     with pytest.raises(ValueError, match="strategy scenario"):
         predictions("ddp", 0, 1_004_000, 2, 4)
+
+
+def test_the_cli_reports_a_scenario_that_cannot_run_without_starting_ranks(capsys):
+    from dpcost.measure.__main__ import main
+    from dpcost.measure.strategy_scenarios import unavailable
+
+    if unavailable("bf16-hook", "gloo") is None:
+        pytest.skip("this torch can register bf16_compress_hook")
+    assert main(["--scenario", "bf16-hook"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("bf16-hook skipped: ") and "_check_comm_hook" in out
