@@ -32,7 +32,7 @@ def test_ladder_figure_draws_every_rung_and_skips_the_unmeasured():
     # modelled bars for all 9 rungs, measured for the 8 that ran, in both panels
     assert len(left.patches) == len(right.patches) == 9 + 8
     assert left.get_xlabel().startswith("bytes sent per rank")
-    assert left.get_legend() is not None and fig._suptitle.get_text()
+    assert right.get_legend() is not None and fig._suptitle.get_text()
     plt.close(fig)
 
 

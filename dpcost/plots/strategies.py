@@ -47,7 +47,7 @@ def ladder_figure(rows: list, title: str = ""):
     right.set_xlabel("model state per rank: params + grads + Adam (MB)")
     left.set_title("communication")
     right.set_title("memory")
-    left.legend(loc="upper right")
+    right.legend(loc="lower right")  # the memory panel's lower right is empty
     fig.suptitle(title or "The ladder from DataParallel to FSDP, per rank")
     fig.tight_layout()
     return fig, data
