@@ -47,7 +47,9 @@ def ladder_figure(rows: list, title: str = ""):
     right.set_xlabel("model state per rank: params + grads + Adam (MB)")
     left.set_title("communication")
     right.set_title("memory")
-    right.legend(loc="lower right")  # the memory panel's lower right is empty
+    most = max(v for v in data["modelled_state_bytes"] + data["measured_state_bytes"] if v)
+    right.set_xlim(0, 1.15 * most / 1e6)
+    right.legend(loc="lower right", framealpha=1)  # the memory panel's lower right is empty
     fig.suptitle(title or "The ladder from DataParallel to FSDP, per rank")
     fig.tight_layout()
     return fig, data
