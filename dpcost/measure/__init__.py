@@ -14,6 +14,7 @@ from dpcost.measure import preflight
 from dpcost.measure.launch import MeasureError
 from dpcost.measure.report import build_report, render_table
 from dpcost.measure.shape import model_shape, param_bytes_of
+from dpcost.measure.strategy_scenarios import NAMES as STRATEGY_SCENARIOS
 from dpcost.measure.worker import RunConfig
 
 COUNTERS = ("auto", "tcp_info", "profiler")
@@ -48,20 +49,29 @@ def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     known = ("ddp", "dp", "dp-nccl", "ddp-plain", "ddp-counted", "ddp-profiler",
-             "ddp-timeline", "dp-timeline", "dp-nccl-timeline")
+             "ddp-timeline", "dp-timeline", "dp-nccl-timeline") + STRATEGY_SCENARIOS
     unknown = [s for s in scenarios if s not in known]
     if unknown or not scenarios:
         raise ValueError(f"scenarios must be among {known}, got {list(scenarios)!r}")
     if counter not in COUNTERS:
         raise ValueError(f"counter must be one of {COUNTERS}, got {counter!r}")
     from dpcost.measure.launch import launch
+    from dpcost.measure.strategy_scenarios import unavailable
 
+    skipped = {s: why for s in scenarios if s in STRATEGY_SCENARIOS
+               and (why := unavailable(s, backend))}  # reported, never silently dropped
+    scenarios = [s for s in scenarios if s not in skipped]
+    if not scenarios:
+        raise ValueError(f"no scenario can run here: {skipped}")
     width, depth = model_shape(model_bytes)
-    preflight.check_memory(param_bytes_of(width, depth), world_size, scenarios)
+    # the strategies hold at most DDP's tensors plus Adam's state, 2 more bytes per P byte
+    preflight.check_memory(param_bytes_of(width, depth) * (5 / 3 if set(scenarios) & set(
+        STRATEGY_SCENARIOS) else 1), world_size, [s if s not in STRATEGY_SCENARIOS else "ddp"
+                                                  for s in scenarios])
     config = RunConfig(world_size=world_size, width=width, depth=depth, steps=steps,
                        warmup=warmup, scenarios=list(scenarios), fault=fault, backend=backend,
                        process_group_timeout_s=max(600.0, 3 * timeout_s), counter=counter)
     run = launch(config, timeout_s=timeout_s, startup_timeout_s=setup_timeout_s)
-    report = build_report(config, param_bytes_of(width, depth), run["ranks"])
+    report = build_report(config, param_bytes_of(width, depth), run["ranks"], skipped)
     report["startup_s"], report["ranks_wall_s"] = run["startup_s"], run["wall_s"]
     return report

@@ -26,11 +26,14 @@ from dpcost.measure import (
     render_table,
 )
 from dpcost.measure.launch import Interrupted, Terminated
+from dpcost.measure.strategy_scenarios import NAMES as STRATEGY_SCENARIOS
+from dpcost.measure.strategy_scenarios import unavailable
 from dpcost.measure.worker import FAULTS
 
 PROG = "python -m dpcost.measure"
 
-CHOICES = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "timeline", "all")
+CHOICES = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "timeline", "all",
+           "strategies") + STRATEGY_SCENARIOS
 TIMELINE = ["ddp-timeline", "dp-timeline", "dp-nccl-timeline"]  # lesson 07's timed scenarios
 
 
@@ -75,7 +78,9 @@ def parse_args(argv=None):
     parser.add_argument("--scenario", choices=CHOICES, default="all",
                         help="what to measure (default all: ddp, dp (DataParallel's copy "
                              "path, a star), dp-nccl (its NCCL path, a pipelined chain), and "
-                             "dataparallel-cuda when 2 or more GPUs are present)")
+                             "dataparallel-cuda when 2 or more GPUs are present; timeline: "
+                             "lesson 07's timed scenarios; strategies: every scenario beyond "
+                             "DDP, or one of them by name)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--counter", choices=COUNTERS, default="auto",
                         help="auto: TCP_INFO on gloo, torch.profiler's collective records on nccl")
@@ -169,15 +174,18 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
-    wanted = {"all": ["ddp", "dp", "dp-nccl", "dataparallel-cuda"],
-              "timeline": TIMELINE}.get(args.scenario, [args.scenario])
-    distributed = [s for s in wanted if s != "dataparallel-cuda"]
-    problem = _preflight(args, distributed)
+    wanted = {"all": ["ddp", "dp", "dp-nccl", "dataparallel-cuda"], "timeline": TIMELINE,
+              "strategies": list(STRATEGY_SCENARIOS)}.get(args.scenario, [args.scenario])
+    skipped = {s: why for s in wanted if s in STRATEGY_SCENARIOS
+               and (why := unavailable(s, args.backend))}  # reported under "skipped"
+    distributed = [s for s in wanted if s != "dataparallel-cuda" and s not in skipped]
+    # the preflight's estimate knows ddp and dp; a strategy holds about what DDP does
+    problem = _preflight(args, [s if s not in STRATEGY_SCENARIOS else "ddp" for s in distributed])
     if problem:
         return _refuse(problem)
     if not _under_torchrun():  # torchrun's agent signals its workers itself
         signal.signal(signal.SIGTERM, _raise_terminated)
-    skipped, extra = {}, {}
+    extra = {}
     if "dataparallel-cuda" in wanted:
         gpus = _gpu_count()
         if gpus >= 2:

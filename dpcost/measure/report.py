@@ -21,14 +21,21 @@ predicted) is gloo's framing, a few hundred bytes per message, plus the closing 
 from __future__ import annotations
 
 from dpcost.core import ddp_communication_volume, dp_communication_volume
+from dpcost.measure import strategy_scenarios
+from dpcost.measure.shape import DEPTH
 from dpcost.units import format_bytes
 
+# The strategies beyond DDP (strategy_scenarios.NAMES) are predicted by dpcost.strategies.
 SCENARIOS = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "ddp-timeline", "dp-timeline",
-             "dp-nccl-timeline")
+             "dp-nccl-timeline") + strategy_scenarios.NAMES
 
 
 def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: int) -> tuple:
     """(sent, received) bytes per iteration that the five functions predict for ``rank``."""
+    if scenario in strategy_scenarios.NAMES:
+        predicted = strategy_scenarios.predictions(scenario, rank, param_bytes, world_size,
+                                                   DEPTH)
+        return predicted["predicted_sent_bytes"], predicted["predicted_received_bytes"]
     if scenario.startswith("ddp"):
         per_rank = ddp_communication_volume(param_bytes, world_size)
         return per_rank, per_rank
@@ -103,6 +110,11 @@ def scenario_rows(scenario: str, results: list, param_bytes: float, world_size: 
                        predicted_framing_received_bytes=framing[1],
                        unexplained_sent_bytes=row["sent_remainder_bytes"] - framing[0],
                        unexplained_received_bytes=row["received_remainder_bytes"] - framing[1])
+        if scenario in strategy_scenarios.NAMES:  # messages and model state, predicted too
+            row.update(strategy_scenarios.predictions(scenario, result["rank"], param_bytes,
+                                                      world_size, DEPTH))
+            row["sent_remainder_per_message_bytes"] = (row["sent_remainder_bytes"]
+                                                       / max(1, result["messages"]))
         rows.append(row)
     return rows
 
@@ -116,7 +128,7 @@ def link_busy_bytes(scenario: str, sent: float, received: float, rank: int = 0,
     dp-nccl: a rank in the middle of the chain receives and forwards at once, so its link is
     busy for (sent + received) / 2; at either end, sent + received (2P for every rank).
     """
-    if scenario.startswith("ddp"):
+    if scenario.startswith("ddp") or scenario in strategy_scenarios.NAMES:  # ring-like
         return max(sent, received)
     if scenario.startswith("dp-nccl"):
         return (sent + received) / ((rank > 0) + (rank < world_size - 1))
@@ -131,7 +143,8 @@ def scenario_totals(scenario: str, rows: list, param_bytes: float, world_size: i
     return {
         "sent_bytes": sum(row["sent_bytes"] for row in rows),
         "received_bytes": sum(row["received_bytes"] for row in rows),
-        "predicted_total_bytes": 2 * (world_size - 1) * param_bytes,  # same for DP and DDP
+        # 2 (n-1) P for DP and DDP alike; the strategies' own sums otherwise
+        "predicted_total_bytes": sum(row["predicted_sent_bytes"] for row in rows),
         "busiest_rank": rows[busiest]["rank"],
         "busiest_link_busy_bytes": busy[busiest],
     }
@@ -200,7 +213,14 @@ def render_table(report: dict) -> str:
                          f"{predicted} sent per rank; largest difference from the measured "
                          f"extra {worst:.0f} B per iteration")
         total = report["totals"][name]
-        lines.append(f"total sent {total['sent_bytes'] / 1e6:.4f} MB (2(n-1)P = "
+        if name in strategy_scenarios.NAMES:
+            row = rows[0]
+            lines.append(f"{row['formula']} ({row['source']}); messages per step: "
+                         f"{row['messages']:g} measured, {row['predicted_messages']} predicted; "
+                         f"model state {row['state_census_bytes'] / 1e6:.4f} MB read, "
+                         f"{row['predicted_state_census_bytes'] / 1e6:.4f} MB predicted")
+        label = "predicted" if name in strategy_scenarios.NAMES else "2(n-1)P ="
+        lines.append(f"total sent {total['sent_bytes'] / 1e6:.4f} MB ({label} "
                      f"{total['predicted_total_bytes'] / 1e6:.4f} MB); busiest link: rank "
                      f"{total['busiest_rank']}, busy for "
                      f"{total['busiest_link_busy_bytes'] / 1e6:.4f} MB")

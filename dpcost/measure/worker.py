@@ -90,7 +90,7 @@ def _snapshot(exclude_port, wire_ok):
 def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     import torch.distributed as dist
 
-    from dpcost.measure import scenarios
+    from dpcost.measure import scenarios, strategy_scenarios
 
     def progress(iteration, phase):
         report(encode_progress(index, iteration, phase))
@@ -128,6 +128,8 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         cls = getattr(timed, TIMED[kind])
         scenario = (cls(config.width, config.depth, rank, device=device) if kind.startswith("ddp")
                     else cls(config.width, config.depth, rank, config.world_size, device=device))
+    elif kind in strategy_scenarios.NAMES:  # beyond DDP: dpcost/measure/strategy_scenarios.py
+        scenario = strategy_scenarios.build(kind, config, rank, device)
     else:
         raise ValueError(f"unknown scenario {name!r}")
     for iteration in range(config.warmup):
@@ -151,6 +153,7 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     hook = scenario.hook if kind == "ddp-counted" else None
     hook_before = (hook.bytes, hook.buckets) if hook else (0, 0)
     logical_before = (scenario.logical_sent, scenario.logical_received)
+    window_before = scenario.snapshot() if hasattr(scenario, "snapshot") else None
     times = []
     for iteration in range(config.warmup, config.warmup + config.steps):
         progress(iteration, "iteration start")
@@ -179,7 +182,8 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         "step_time_s": statistics.median(times),
         "counter_read_s": read_before_s + read_after_s,  # once per window, not per step
         # Same seed, batches and optimizer: every scenario must end with the same parameters.
-        "param_sum": sum(float(p.detach().double().sum()) for p in scenario.model.parameters()),
+        "param_sum": scenario.param_sum() if hasattr(scenario, "param_sum") else sum(
+            float(p.detach().double().sum()) for p in scenario.model.parameters()),
         "peak_memory_bytes": peak_growth,
         "memory_reading": memory_reading,
         "logical_sent_bytes": (scenario.logical_sent - logical_before[0]) / steps,
@@ -190,6 +194,8 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         result["clock"] = "time.perf_counter_ns (CLOCK_MONOTONIC: one clock for the machine)"
         if hasattr(scenario, "allreduce_calibration"):
             result["allreduce_calibration"] = scenario.allreduce_calibration
+    if window_before is not None:  # strategy scenarios: collective calls, losses, census
+        result.update(scenario.window_result(window_before, steps))
     if hook is not None:
         hook_bytes = (hook.bytes - hook_before[0]) / steps
         result["hook_bytes"] = hook_bytes  # S summed over buckets: must equal P exactly

@@ -1,0 +1,641 @@
+"""Beyond plain DDP: what each strategy moves and holds per rank per optimizer step.
+
+Every function returns a ``StrategyCost``: bytes a rank sends and receives per optimizer step,
+the collective calls (messages) it takes part in, and its model-state memory (parameters,
+gradients, optimizer state; activations come on top). Symbols: n ranks, P bytes of the
+gradients as DDP holds them (= parameter bytes), S the bytes of one collective's tensor,
+Psi the number of parameters. Pure Python, no torch.
+
+Per rank per optimizer step (ring all-reduce: 2 (n-1)/n S each way; all-gather and a true
+reduce-scatter: (n-1)/n S each way):
+
+=============================  ==========================  =================================
+strategy                       bytes sent (= received)     where in PyTorch
+=============================  ==========================  =================================
+DDP                            2 (n-1)/n P                 ``reducer.cpp``, one per bucket
++ accumulation over k          2 (n-1)/n P (per sample /k) ``DistributedDataParallel.no_sync``
++ fp16 / bf16 hook             2 (n-1)/n P / 2             ``default_hooks.py: _compress_hook``
+PowerSGD, rank r               2 (n-1)/n (U + r(m+k)) w    ``powerSGD_hook.py: powerSGD_hook``
+ZeRO-1                         2 (n-1)/n P + broadcasts    ``zero_redundancy_optimizer.py``
+FSDP, full sharding            3 (n-1)/n P (NCCL)          ``fully_shard``: AG, AG, RS
+                               4 (n-1)/n P (gloo)          gloo's RS is an all-reduce
+FSDP, no reshard after fwd     2 (n-1)/n P (NCCL)          ``reshard_after_forward=False``
+                               3 (n-1)/n P (gloo)
+=============================  ==========================  =================================
+
+Gloo has no native reduce-scatter: ``ProcessGroupGloo::_reduce_scatter_base`` calls
+``reduce_scatter_tensor_coalesced``, which clones the input, runs a full ``allreduce`` on it and
+copies out this rank's chunk (``torch/csrc/distributed/c10d/ProcessGroupGloo.cpp``). So every
+reduce-scatter costs 2 (n-1)/n S on gloo against (n-1)/n S on NCCL.
+
+Model-state memory per rank follows the ZeRO paper (Rajbhandari et al. 2020, sections 3.1 and
+5): (p + g + K) Psi bytes with DDP, p + g + K/n with ZeRO-1 (optimizer states sharded), p +
+(g + K)/n with ZeRO-2 (gradients too), (p + g + K)/n with ZeRO-3 / FSDP full sharding, where p,
+g and K are bytes per parameter of the parameters, gradients and optimizer state: 2, 2 and 12
+for mixed-precision Adam (fp32 master weights and moments), 4, 4 and 8 for fp32 Adam.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from dataclasses import dataclass, field
+
+from dpcost.core import check_num_gpus
+
+__all__ = [
+    "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
+    "bytes_per_parameter", "model_state_bytes", "ring_allreduce_bytes", "allgather_bytes",
+    "reduce_scatter_bytes", "broadcast_bytes", "bucket_assignment", "ddp_bucket_caps",
+    "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
+    "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
+    "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
+    "ladder", "LADDER", "ladder_model_states", "H100_SXM_MEMORY_BYTES", "H100_SXM_SOURCE",
+]
+
+# Bytes per element of the dtypes a hook or a precision uses.
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+COMPRESS_DTYPES = ("fp16", "bf16")
+BACKENDS = ("gloo", "nccl")
+# Precision modes: bytes per parameter of (parameters, gradients); the optimizer's state
+# depends on the optimizer too (OPTIMIZER_STATE_BYTES).
+PRECISIONS = {
+    "fp32": (4, 4),   # everything in float32
+    "mixed": (2, 2),  # 16-bit params and grads + fp32 master copy (ZeRO paper, section 3.1)
+    "bf16": (2, 2),   # pure bf16: torch.optim.Adam keeps state like the params, in bf16
+}
+OPTIMIZERS = ("adam", "sgd_momentum", "sgd")
+# Optimizer-state bytes per parameter, K. "mixed" adds the 4-byte fp32 master weights.
+OPTIMIZER_STATE_BYTES = {
+    ("fp32", "adam"): 8, ("fp32", "sgd_momentum"): 4, ("fp32", "sgd"): 0,
+    ("mixed", "adam"): 12, ("mixed", "sgd_momentum"): 8, ("mixed", "sgd"): 4,
+    ("bf16", "adam"): 4, ("bf16", "sgd_momentum"): 2, ("bf16", "sgd"): 0,
+}
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class StrategyCost:
+    """Per rank per optimizer step: bytes, collective calls and model-state memory.
+
+    ``sent_bytes`` / ``received_bytes``: payload bytes; ``messages``: collective calls the
+    rank takes part in (each all-reduce, all-gather, reduce-scatter or broadcast is one);
+    ``model_state_bytes``: parameters + gradients + optimizer state (None when not given a
+    parameter count); ``formula``: the bytes in symbols; ``source``: the PyTorch code.
+    """
+
+    strategy: str
+    sent_bytes: float
+    received_bytes: float
+    messages: int
+    model_state_bytes: float | None
+    formula: str
+    source: str
+    extra: dict = field(default_factory=dict)
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    return value
+
+
+def _integer(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _choice(value, name: str, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def _ranks(num_gpus) -> int:
+    n = check_num_gpus(num_gpus)
+    if n < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {num_gpus!r}")
+    return n
+
+
+# --- model-state memory ---------------------------------------------------------------------
+
+def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> tuple:
+    """(p, g, K): bytes per parameter of the parameters, gradients and optimizer state.
+
+    fp32 Adam 4 + 4 + 8 = 16; mixed-precision Adam 2 + 2 + 12 = 16 (fp32 master weights and
+    two fp32 moments: ZeRO paper, section 3.1); pure bf16 Adam 2 + 2 + 4 = 8
+    (``torch.optim.Adam`` makes its moments with ``zeros_like(param)``).
+    """
+    _choice(precision, "precision", PRECISIONS)
+    _choice(optimizer, "optimizer", OPTIMIZERS)
+    p, g = PRECISIONS[precision]
+    return p, g, OPTIMIZER_STATE_BYTES[(precision, optimizer)]
+
+
+def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes: float = 2,
+                      grad_bytes: float = 2, optimizer_bytes: float = 12) -> float:
+    """Model-state bytes per rank under ZeRO ``stage`` (0 = DDP), ZeRO paper section 5.
+
+    stage 0: (p + g + K) Psi; 1: (p + g) Psi + K Psi / n; 2: p Psi + (g + K) Psi / n;
+    3: (p + g + K) Psi / n. Defaults are mixed-precision Adam (2, 2, 12). Stage 3 is FSDP
+    full sharding between steps; during a layer's forward or backward it also holds that
+    layer's gathered parameters (and gradients), not counted here.
+    """
+    psi = _real(num_params, "num_params")
+    n = _ranks(num_gpus)
+    _choice(stage, "stage", ZERO_STAGES)
+    p = _real(param_bytes, "param_bytes")
+    g = _real(grad_bytes, "grad_bytes")
+    k = _real(optimizer_bytes, "optimizer_bytes")
+    if stage == 0:
+        return (p + g + k) * psi
+    if stage == 1:
+        return (p + g) * psi + k * psi / n
+    if stage == 2:
+        return p * psi + (g + k) * psi / n
+    return (p + g + k) * psi / n
+
+
+def _states(num_params, n, stage, precision, optimizer):
+    if num_params is None:
+        return None
+    p, g, k = bytes_per_parameter(precision, optimizer)
+    return model_state_bytes(num_params, n, stage, p, g, k)
+
+
+# --- collectives ------------------------------------------------------------------------------
+
+def ring_allreduce_bytes(size_bytes, num_gpus) -> float:
+    """Bytes each rank sends (and receives) in a ring all-reduce of S bytes: 2 (n-1)/n S."""
+    s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
+    return 2 * (n - 1) / n * s
+
+
+def allgather_bytes(size_bytes, num_gpus) -> float:
+    """Bytes each rank sends (and receives) to all-gather a tensor of S bytes in total (each
+    rank holds S/n): (n-1)/n S (ring; gloo's ``allgather`` and NCCL's)."""
+    s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
+    return (n - 1) / n * s
+
+
+def reduce_scatter_bytes(size_bytes, num_gpus, backend: str = "nccl") -> float:
+    """Bytes each rank sends (and receives) to reduce-scatter S bytes (each ends with S/n).
+
+    nccl: (n-1)/n S, a true ring reduce-scatter. gloo: 2 (n-1)/n S, since
+    ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` runs a full all-reduce.
+    """
+    _choice(backend, "backend", BACKENDS)
+    if backend == "gloo":
+        return ring_allreduce_bytes(size_bytes, num_gpus)
+    return allgather_bytes(size_bytes, num_gpus)
+
+
+def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
+                    backend: str = "gloo") -> tuple:
+    """(sent, received) bytes of ``rank`` in a broadcast of S bytes from ``root``.
+
+    gloo (``gloo/broadcast.cc``): a binomial tree on virtual ranks v = (rank - root) mod n; in
+    round i, v < 2^i sends to v + 2^i when that exists. Every non-root receives S once; the root
+    sends ceil(log2 n) S. nccl: a pipelined chain root -> root+1 -> ...: every rank but the
+    last in the chain sends S, every non-root receives S.
+    """
+    s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
+    _choice(backend, "backend", BACKENDS)
+    root, rank = _integer(root, "root", 0), _integer(rank, "rank", 0)
+    if root >= n or rank >= n:
+        raise ValueError(f"root and rank must be < num_gpus = {n}, got {root} and {rank}")
+    v = (rank - root) % n
+    received = 0.0 if v == 0 else s
+    if backend == "nccl":
+        return (s if v < n - 1 else 0.0), received
+    sends, i = 0, 0
+    while (1 << i) < n:
+        if v < (1 << i) and v + (1 << i) < n:
+            sends += 1
+        i += 1
+    return sends * s, received
+
+
+# --- buckets ---------------------------------------------------------------------------------
+
+def bucket_assignment(sizes_bytes, caps) -> list:
+    """Indices of the tensors in each bucket, as ``dist._compute_bucket_assignment_by_size``.
+
+    ``sizes_bytes``: each tensor's bytes, in the order they are bucketed (DDP's rebuilt buckets:
+    the order the gradients became ready). ``caps``: bucket size limits in bytes; bucket i
+    uses ``caps[min(i, len(caps) - 1)]``. A tensor joins the open bucket; the bucket closes
+    as soon as its size reaches its limit (>=), so it may overshoot by one tensor, and tensors
+    are never split (``reducer.cpp: compute_bucket_assignment_by_size``, one dtype and device).
+    """
+    sizes = [_real(s, f"sizes_bytes[{i}]") for i, s in enumerate(sizes_bytes)]
+    caps = [_real(c, f"caps[{i}]", 0.0, strict=True) for i, c in enumerate(caps)]
+    if not caps:
+        raise ValueError("caps must hold at least one bucket size limit, got []")
+    buckets, current, filled = [], [], 0.0
+    for index, size in enumerate(sizes):
+        current.append(index)
+        filled += size
+        if filled >= caps[min(len(buckets), len(caps) - 1)]:
+            buckets.append(current)
+            current, filled = [], 0.0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+MIB = 2**20
+DEFAULT_BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB
+DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+
+
+def ddp_bucket_caps(bucket_cap_mb=None) -> list:
+    """The caps DDP's rebuilt buckets use, in bytes (``_BucketCapacityConfig.create``).
+
+    Default (None): 1 MiB for the first bucket, then 25 MiB. An explicit ``bucket_cap_mb``
+    (MiB, ``int(bucket_cap_mb * 2**20)`` bytes) applies to every bucket, the first included.
+    The first iteration uses one bucket for all gradients (``compute_bucket_size_limits``
+    returns ``[sys.maxsize]`` without ``find_unused_parameters``).
+    """
+    if bucket_cap_mb is None:
+        return [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_MB * MIB]
+    cap = int(_real(bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True) * MIB)
+    if cap <= 0:
+        raise ValueError(f"bucket_cap_mb must give a cap of at least 1 byte, got "
+                         f"{bucket_cap_mb!r}")
+    return [cap]
+
+
+FIRST_ITERATION_CAPS = [sys.maxsize]
+
+
+def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
+    """The latency term of a step's all-reduces on a ring: buckets x 2 (n-1) alpha seconds."""
+    b = _integer(num_buckets, "num_buckets", 0)
+    n = _ranks(num_gpus)
+    alpha = _real(latency_s, "latency_s")
+    return b * 2 * (n - 1) * alpha
+
+
+# --- the strategies ----------------------------------------------------------------------------
+
+def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
+                 precision="fp32", optimizer="adam") -> StrategyCost:
+    """DataParallel on the copy path (no NCCL): the star through GPU0.
+
+    GPU0 sends (n-1) P (``replicate``) and receives (n-1) P (``ReduceAddCoalesced``); any
+    other GPU receives P and sends P. Messages: one per other GPU each way (a broadcast and a
+    reduce per 10 MiB chunk in reality, ``buffer_size=10485760``; counted here per peer).
+    GPU0 holds the only optimizer: model state (p + g + K) Psi there, p + g elsewhere.
+    """
+    p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
+    rank = _integer(rank, "rank", 0)
+    each = (n - 1) * p if rank == 0 else (p if n > 1 else 0.0)
+    states = None
+    if num_params is not None:
+        pb, gb, k = bytes_per_parameter(precision, optimizer)
+        states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    return StrategyCost("DP (copy path)", each, each, 2 * (n - 1) if rank == 0 else 2, states,
+                        "GPU0: (n-1) P out + (n-1) P in; others P each way",
+                        "data_parallel.py: replicate -> comm.broadcast_coalesced; "
+                        "_functions.py: ReduceAddCoalesced -> comm.reduce_add_coalesced")
+
+
+def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
+                 precision="fp32", optimizer="adam") -> StrategyCost:
+    """DataParallel on the NCCL path (modelled): ``comm.cpp: broadcast`` -> nccl broadcast and
+    ``comm.py: reduce_add`` -> ``nccl.reduce``, pipelined chains. GPU0 sends about P (the
+    broadcast) and receives about P (the reduce); it still broadcasts every step."""
+    p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
+    rank = _integer(rank, "rank", 0)
+    each = p if n > 1 else 0.0
+    states = None
+    if num_params is not None:
+        pb, gb, k = bytes_per_parameter(precision, optimizer)
+        states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    return StrategyCost("DP (NCCL path)", each, each, 2 if n > 1 else 0, states,
+                        "GPU0: about P out (broadcast) + P in (reduce), pipelined",
+                        "torch/csrc/cuda/comm.cpp: broadcast -> nccl::broadcast; "
+                        "torch/nn/parallel/comm.py: reduce_add -> nccl.reduce")
+
+
+def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision="fp32",
+        optimizer="adam") -> StrategyCost:
+    """Plain DDP: one ring all-reduce per bucket, 2 (n-1)/n P sent and received per rank."""
+    v = ring_allreduce_bytes(param_bytes, num_gpus)
+    n = _ranks(num_gpus)
+    return StrategyCost("DDP", v, v, _integer(num_buckets, "num_buckets", 1),
+                        _states(num_params, n, 0, precision, optimizer), "2(n-1)/n P",
+                        "reducer.cpp: Reducer::all_reduce_bucket, one all-reduce per bucket")
+
+
+def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
+                 samples_per_micro_step=None, num_params=None, precision="fp32",
+                 optimizer="adam") -> StrategyCost:
+    """DDP with ``no_sync()`` on the first k - 1 of k micro-steps: one all-reduce per step.
+
+    Bytes per optimizer step stay 2 (n-1)/n P; per micro-step they fall to 2 (n-1)/n P / k, and
+    per sample by k as well. ``extra`` holds ``bytes_per_micro_step`` and, given
+    ``samples_per_micro_step`` (per rank), ``bytes_per_sample``.
+    """
+    k = _integer(micro_steps, "micro_steps", 1)
+    cost = ddp(param_bytes, num_gpus, num_buckets, num_params, precision, optimizer)
+    extra = {"micro_steps": k, "bytes_per_micro_step": cost.sent_bytes / k}
+    if samples_per_micro_step is not None:
+        b = _integer(samples_per_micro_step, "samples_per_micro_step", 1)
+        extra["bytes_per_sample"] = cost.sent_bytes / (k * b)
+    return StrategyCost(f"DDP + accumulation (k={k})", cost.sent_bytes, cost.received_bytes,
+                        cost.messages, cost.model_state_bytes, "2(n-1)/n P per step; / k per "
+                        "micro-step", "distributed.py: DistributedDataParallel.no_sync "
+                        "(require_backward_grad_sync = False)", extra)
+
+
+def compress_hook(param_bytes, num_gpus, dtype: str = "bf16", grad_dtype: str = "fp32",
+                  num_buckets: int = 1, num_params=None, precision="fp32",
+                  optimizer="adam") -> StrategyCost:
+    """``fp16_compress_hook`` / ``bf16_compress_hook``: each bucket is cast to 16 bits and
+    all-reduced (``default_hooks.py: _compress_hook``): 2 (n-1)/n P x 2 / w bytes, half of
+    plain DDP for fp32 gradients (w = ``grad_dtype``'s bytes per element)."""
+    _choice(dtype, "dtype", COMPRESS_DTYPES)
+    _choice(grad_dtype, "grad_dtype", DTYPE_BYTES)
+    p = _real(param_bytes, "param_bytes")
+    compressed = p * DTYPE_BYTES[dtype] / DTYPE_BYTES[grad_dtype]
+    v = ring_allreduce_bytes(compressed, num_gpus)
+    n = _ranks(num_gpus)
+    return StrategyCost(f"DDP + {dtype} hook", v, v, _integer(num_buckets, "num_buckets", 1),
+                        _states(num_params, n, 0, precision, optimizer),
+                        f"2(n-1)/n P x {DTYPE_BYTES[dtype]}/{DTYPE_BYTES[grad_dtype]}",
+                        f"ddp_comm_hooks/default_hooks.py: {dtype}_compress_hook")
+
+
+def _matrix(shape, index):
+    """The (rows, cols) PowerSGD sees: ``tensor.view(tensor.shape[0], -1)``."""
+    dims = [_integer(d, f"shapes[{index}] dimension", 0) for d in shape]
+    if not dims:
+        raise ValueError(f"shapes[{index}] is a 0-d tensor; PowerSGD views each gradient as "
+                         "shape[0] x rest, which needs at least one dimension")
+    rows = dims[0]
+    cols = math.prod(dims[1:]) if len(dims) > 1 else 1
+    return rows, cols
+
+
+def powersgd_elements(shapes, matrix_approximation_rank: int = 1,
+                      min_compression_rate: float = 2) -> dict:
+    """Elements PowerSGD all-reduces for one bucket holding tensors of ``shapes``.
+
+    Per tensor, seen as a rows x cols matrix with r' = min(rows, cols, rank): compressed when
+    (rows + cols) r' x ``min_compression_rate`` < rows x cols, r' = min(rows, cols,
+    ``matrix_approximation_rank``) (``_should_compress``); then it
+    contributes rows r' elements to P and cols r' to Q; otherwise (biases: a length-w vector
+    is a w x 1 matrix) its rows x cols elements go uncompressed. Returns {"uncompressed",
+    "p", "q", "compressed_tensors", "uncompressed_tensors"}.
+    """
+    r = _integer(matrix_approximation_rank, "matrix_approximation_rank", 1)
+    rate = _real(min_compression_rate, "min_compression_rate")
+    out = dict(uncompressed=0, p=0, q=0, compressed_tensors=0, uncompressed_tensors=0)
+    for index, shape in enumerate(shapes):
+        rows, cols = _matrix(shape, index)
+        r_eff = min(rows, cols, r)
+        if (rows + cols) * r_eff * rate < rows * cols:
+            out["p"] += rows * r_eff
+            out["q"] += cols * r_eff
+            out["compressed_tensors"] += 1
+        else:
+            out["uncompressed"] += rows * cols
+            out["uncompressed_tensors"] += 1
+    return out
+
+
+def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: int = 1_000,
+             start_powersgd_iter: int = 1_000, min_compression_rate: float = 2,
+             element_bytes: int = 4, buckets=None, num_params=None, precision="fp32",
+             optimizer="adam") -> StrategyCost:
+    """``powerSGD_hook`` at DDP iteration ``iteration`` (0-based), per rank.
+
+    Before ``start_powerSGD_iter`` the hook runs a plain all-reduce of each bucket
+    (``default._allreduce_fut``): 2 (n-1)/n P, one message per bucket. From then on, per
+    bucket, three all-reduces one after the other: the uncompressed tensors concatenated
+    (biases and any matrix not worth compressing, see ``powersgd_elements``), then P (rows x r'
+    per compressed matrix), then Q (cols x r'); each is called even when empty. Bytes per rank:
+    2 (n-1)/n (U + sum r'(rows + cols)) x ``element_bytes``. ``buckets``: lists of indices into
+    ``shapes`` (default: one bucket). The hook's
+    state (error feedback, P and Q memories) adds about P + r' (rows + cols) w bytes.
+    """
+    shapes = list(shapes)
+    n = _ranks(num_gpus)
+    r = _integer(matrix_approximation_rank, "matrix_approximation_rank", 1)
+    it = _integer(iteration, "iteration", 0)
+    start = _integer(start_powersgd_iter, "start_powersgd_iter", 0)
+    w = _integer(element_bytes, "element_bytes", 1)
+    powersgd_elements(shapes, r, min_compression_rate)  # checks every shape and the rate
+    buckets = [list(range(len(shapes)))] if buckets is None else [list(b) for b in buckets]
+    states = _states(num_params, n, 0, precision, optimizer)
+    total = sum(math.prod(_matrix(s, i)) for i, s in enumerate(shapes))
+    if it < start:
+        v = ring_allreduce_bytes(total * w, n)
+        return StrategyCost(f"PowerSGD r={r} (before start)", v, v, len(buckets), states,
+                            "2(n-1)/n P (vanilla all-reduce before start_powerSGD_iter)",
+                            "powerSGD_hook.py: powerSGD_hook -> default._allreduce_fut")
+    elements = dict(uncompressed=0, p=0, q=0)
+    for bucket in buckets:
+        one = powersgd_elements([shapes[i] for i in bucket], r, min_compression_rate)
+        for key in elements:
+            elements[key] += one[key]
+    sent = sum(ring_allreduce_bytes(e * w, n) for e in elements.values())
+    return StrategyCost(f"PowerSGD r={r}", sent, sent, 3 * len(buckets), states,
+                        "2(n-1)/n (U + r(m+k)) w", "powerSGD_hook.py: powerSGD_hook "
+                        "(all-reduces of the uncompressed tensors, then Ps, then Qs)",
+                        {**elements, "uncompressed_total_elements": total})
+
+
+def zero1_partition(numels, num_gpus) -> list:
+    """Which rank's shard holds each parameter: ``ZeroRedundancyOptimizer._partition_parameters``
+    sorts the parameters by size, largest first (a stable sort), and gives each to the rank
+    with the fewest elements so far (the lowest such rank). Returns one rank per parameter."""
+    n = _ranks(num_gpus)
+    sizes = [_integer(e, f"numels[{i}]", 0) for i, e in enumerate(numels)]
+    owner, load = [0] * len(sizes), [0] * n
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        rank = min(range(n), key=load.__getitem__)
+        owner[index] = rank
+        load[rank] += sizes[index]
+    return owner
+
+
+def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str = "gloo",
+          parameters_as_bucket_view: bool = False, num_buckets: int = 1,
+          precision="fp32", optimizer="adam") -> StrategyCost:
+    """ZeRO-1: DDP + ``ZeroRedundancyOptimizer`` (``zero_redundancy_optimizer.py``).
+
+    Gradients: DDP's all-reduce, 2 (n-1)/n P. After the local step on its shard, ``step``
+    calls ``_sync_params``: for every rank, a broadcast of that rank's updated shard from it,
+    parameter by parameter (one message per parameter) or, with
+    ``parameters_as_bucket_view``, as one flat bucket per rank. Bytes of the broadcasts per
+    ``broadcast_bytes`` (gloo: binomial tree; nccl: chain). A true all-gather would move
+    (n-1)/n P. Optimizer state per rank: its shard's K bytes per parameter.
+    """
+    numels = list(numels)
+    n = _ranks(num_gpus)
+    rank = _integer(rank, "rank", 0)
+    w = _integer(element_bytes, "element_bytes", 1)
+    _choice(backend, "backend", BACKENDS)
+    owner = zero1_partition(numels, n)
+    p = sum(numels) * w
+    grad = ring_allreduce_bytes(p, n)
+    sent = received = grad
+    for root in range(n):
+        shard = sum(e for e, o in zip(numels, owner, strict=True) if o == root) * w
+        s, r = broadcast_bytes(shard, n, root, rank, backend)
+        sent, received = sent + s, received + r
+    broadcasts = n if parameters_as_bucket_view else len(numels)
+    pb, gb, k = bytes_per_parameter(precision, optimizer)
+    own = sum(e for e, o in zip(numels, owner, strict=True) if o == rank)
+    states = (pb + gb) * sum(numels) + k * own
+    return StrategyCost("ZeRO-1", sent, received,
+                        _integer(num_buckets, "num_buckets", 1) + broadcasts, states,
+                        "2(n-1)/n P + broadcast of every rank's shard",
+                        "zero_redundancy_optimizer.py: ZeroRedundancyOptimizer.step -> "
+                        "_sync_params -> _broadcast_params_from_rank",
+                        {"shard_bytes": own * w, "owner": owner})
+
+
+def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str = "nccl",
+         num_units: int = 1, num_params=None, precision="fp32",
+         optimizer="adam") -> StrategyCost:
+    """FSDP (``fully_shard``, ZeRO-3) per rank per step, for ``num_units`` sharded modules.
+
+    Forward all-gathers every unit's parameters ((n-1)/n P); with ``reshard_after_forward``
+    (full sharding) backward all-gathers them again; backward reduce-scatters the gradients
+    (``reduce_scatter_bytes``: (n-1)/n P on NCCL, 2 (n-1)/n P on gloo). Full sharding: 3 (n-1)/n
+    P on NCCL, 4 (n-1)/n P on gloo; without resharding 2 and 3. Messages: 2 or 1 all-gathers
+    and one reduce-scatter per unit. Model state: ZeRO stage 3, (p + g + K) Psi / n, with
+    resharding (plus one unit's gathered parameters while it computes); without resharding
+    every unit's unsharded parameters stay from its forward to its backward, so the peak is
+    p Psi + (p + g + K) Psi / n.
+    """
+    p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
+    _choice(backend, "backend", BACKENDS)
+    if not isinstance(reshard_after_forward, bool):
+        raise TypeError(f"reshard_after_forward must be a bool, got {reshard_after_forward!r}")
+    units = _integer(num_units, "num_units", 1)
+    gathers = 2 if reshard_after_forward else 1
+    v = gathers * allgather_bytes(p, n) + reduce_scatter_bytes(p, n, backend)
+    factor = {True: {"nccl": 3, "gloo": 4}, False: {"nccl": 2, "gloo": 3}}[
+        reshard_after_forward][backend]
+    name = "FSDP full sharding" if reshard_after_forward else "FSDP no reshard"
+    states = _states(num_params, n, 3, precision, optimizer)
+    if states is not None and not reshard_after_forward:
+        states += bytes_per_parameter(precision, optimizer)[0] * _real(num_params, "num_params")
+    return StrategyCost(name, v, v, (gathers + 1) * units, states,
+                        f"{factor}(n-1)/n P on {backend}",
+                        "torch.distributed.fsdp.fully_shard: all-gather in forward"
+                        + (" and backward" if reshard_after_forward else "")
+                        + ", reduce-scatter in backward"
+                        + (" (an all-reduce on gloo: ProcessGroupGloo.cpp)"
+                           if backend == "gloo" else ""))
+
+
+def fsdp_shard_rows(rows: int, num_gpus, rank: int) -> int:
+    """Rows of a dim-0 length ``rows`` that ``rank`` holds under FSDP2: ``torch.chunk`` into n
+    chunks of ceil(rows / n), the last ones shorter or empty
+    (``_fsdp_common._chunk_with_empty``)."""
+    n = _ranks(num_gpus)
+    rows, rank = _integer(rows, "rows", 0), _integer(rank, "rank", 0)
+    chunk = -(-rows // n)
+    return max(0, min(chunk, rows - rank * chunk))
+
+
+def fsdp_padded_param_bytes(shapes, num_gpus, element_bytes: int = 4) -> int:
+    """The P that FSDP2's collectives move: every shard is padded to the first chunk's size
+    (``FSDPParam._init_sharded_param``: ``padded_sharded_param_size = chunks[0].size()``), so
+    each parameter all-gathers n ceil(rows / n) x rest elements. Equals P when n divides every
+    parameter's first dimension."""
+    n = _ranks(num_gpus)
+    w = _integer(element_bytes, "element_bytes", 1)
+    total = 0
+    for index, shape in enumerate(shapes):
+        rows, cols = _matrix(shape, index)
+        total += n * -(-rows // n) * cols
+    return total * w
+
+
+def fsdp_local_numel(shapes, num_gpus, rank: int) -> int:
+    """Parameter elements ``rank`` holds (its unpadded shards) under FSDP2."""
+    total = 0
+    for index, shape in enumerate(shapes):
+        rows, cols = _matrix(shape, index)
+        total += fsdp_shard_rows(rows, num_gpus, rank) * cols
+    return total
+
+
+# --- the ladder -------------------------------------------------------------------------------
+
+LADDER = ("DP (copy path)", "DP (NCCL path)", "DDP", "+ accumulation", "+ bf16 hook",
+          "PowerSGD", "ZeRO-1", "FSDP no reshard", "FSDP full sharding")
+
+
+def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: int = 4,
+           powersgd_rank: int = 1, num_buckets: int = 1, num_units=None,
+           element_bytes: int = 4, precision="fp32", optimizer="adam") -> list:
+    """The lesson's ladder for one model given by its parameters' ``shapes``: a list of
+    ``StrategyCost`` for ``rank``, one per rung in ``LADDER`` (PowerSGD after its start)."""
+    shapes = [tuple(s) for s in shapes]
+    numels = [math.prod(s) for s in shapes]
+    psi = sum(numels)
+    p = psi * element_bytes
+    units = num_units if num_units is not None else max(1, len(shapes) // 2)
+    padded = fsdp_padded_param_bytes(shapes, num_gpus, element_bytes)
+    common = dict(num_params=psi, precision=precision, optimizer=optimizer)
+    rows = [dp_copy_path(p, num_gpus, rank, **common), dp_nccl_path(p, num_gpus, rank, **common),
+            ddp(p, num_gpus, num_buckets, **common),
+            accumulation(p, num_gpus, micro_steps, num_buckets, **common),
+            compress_hook(p, num_gpus, "bf16", num_buckets=num_buckets, **common),
+            powersgd(shapes, num_gpus, powersgd_rank, element_bytes=element_bytes, **common),
+            zero1(numels, num_gpus, rank, element_bytes, backend, num_buckets=num_buckets,
+                  precision=precision, optimizer=optimizer),
+            fsdp(padded, num_gpus, False, backend, units, **common),
+            fsdp(padded, num_gpus, True, backend, units, **common)]
+    return rows
+
+
+# An 80 GB GPU: NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: "GPU memory 80GB" (HBM3).
+# Decimal bytes, as the datasheet states it; the driver reports a little less usable memory.
+H100_SXM_MEMORY_BYTES = 80e9
+H100_SXM_SOURCE = "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, GPU memory 80GB"
+
+
+def ladder_model_states(num_params, num_gpus, precision: str = "mixed",
+                        optimizer: str = "adam") -> dict:
+    """Model-state bytes per GPU on each rung of ``LADDER`` for a model of ``num_params``
+    (the busiest GPU: GPU0 under DP). Activations come on top.
+
+    DP (both paths): GPU0 holds parameters, gradients and the only optimizer, (p + g + K) Psi
+    (plus, during ``reduce_add``, a second gradient buffer: not counted). DDP, accumulation
+    and the bf16 hook: (p + g + K) Psi. PowerSGD: that plus its error-feedback buffer, g Psi
+    (``PowerSGDState.error_dict``, one per bucket). ZeRO-1: stage 1. FSDP full sharding:
+    stage 3; FSDP without resharding keeps the unsharded parameters between forward and
+    backward: p Psi + (p + g + K) Psi / n.
+    """
+    psi = _real(num_params, "num_params")
+    n = _ranks(num_gpus)
+    p, g, k = bytes_per_parameter(precision, optimizer)
+    ddp_state = model_state_bytes(psi, n, 0, p, g, k)
+    return {
+        "DP (copy path)": ddp_state, "DP (NCCL path)": ddp_state, "DDP": ddp_state,
+        "+ accumulation": ddp_state, "+ bf16 hook": ddp_state,
+        "PowerSGD": ddp_state + g * psi,
+        "ZeRO-1": model_state_bytes(psi, n, 1, p, g, k),
+        "FSDP no reshard": p * psi + model_state_bytes(psi, n, 3, p, g, k),
+        "FSDP full sharding": model_state_bytes(psi, n, 3, p, g, k),
+    }
