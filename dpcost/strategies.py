@@ -58,20 +58,10 @@ __all__ = [
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 COMPRESS_DTYPES = ("fp16", "bf16")
 BACKENDS = ("gloo", "nccl")
-# Precision modes: bytes per parameter of (parameters, gradients); the optimizer's state
-# depends on the optimizer too (OPTIMIZER_STATE_BYTES).
-PRECISIONS = {
-    "fp32": (4, 4),   # everything in float32
-    "mixed": (2, 2),  # 16-bit params and grads + fp32 master copy (ZeRO paper, section 3.1)
-    "bf16": (2, 2),   # pure bf16: torch.optim.Adam keeps state like the params, in bf16
-}
+# Precision modes and optimizers: dpcost.memory's, one table for the course (ZeRO paper
+# section 3.1 for mixed precision; torch.optim.Adam's bf16 state measured in test_memory_torch).
+PRECISIONS = ("fp32", "mixed", "bf16")
 OPTIMIZERS = ("adam", "sgd_momentum", "sgd")
-# Optimizer-state bytes per parameter, K. "mixed" adds the 4-byte fp32 master weights.
-OPTIMIZER_STATE_BYTES = {
-    ("fp32", "adam"): 8, ("fp32", "sgd_momentum"): 4, ("fp32", "sgd"): 0,
-    ("mixed", "adam"): 12, ("mixed", "sgd_momentum"): 8, ("mixed", "sgd"): 4,
-    ("bf16", "adam"): 4, ("bf16", "sgd_momentum"): 2, ("bf16", "sgd"): 0,
-}
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -138,10 +128,12 @@ def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> tu
     two fp32 moments: ZeRO paper, section 3.1); pure bf16 Adam 2 + 2 + 4 = 8
     (``torch.optim.Adam`` makes its moments with ``zeros_like(param)``).
     """
+    from dpcost.memory import model_state_bytes_per_parameter
+
     _choice(precision, "precision", PRECISIONS)
     _choice(optimizer, "optimizer", OPTIMIZERS)
-    p, g = PRECISIONS[precision]
-    return p, g, OPTIMIZER_STATE_BYTES[(precision, optimizer)]
+    per = model_state_bytes_per_parameter(precision, optimizer)
+    return per["parameters"], per["gradients"], per["optimizer state"]
 
 
 def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes: float = 2,

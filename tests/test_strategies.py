@@ -223,3 +223,16 @@ def test_fsdp2_pads_shards_to_the_first_chunk():
     assert st.fsdp_padded_param_bytes(shapes, 3) == 4 * (501 * 500 + 501)
     assert st.fsdp_padded_param_bytes(shapes, 2) == 4 * (500 * 500 + 500)  # n divides: P
     assert st.fsdp_local_numel(shapes, 3, 2) == 166 * 500 + 166
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd_momentum", "sgd"])
+def test_model_states_agree_with_the_memory_model(precision, optimizer):
+    from dpcost.memory import model_state_bytes_per_rank
+
+    p, g, k = st.bytes_per_parameter(precision, optimizer)
+    for stage, strategy in enumerate(("ddp", "zero1", "zero2", "zero3")):
+        memory = sum(model_state_bytes_per_rank(7_000_000, 8, strategy, precision,
+                                                optimizer).values())
+        assert st.model_state_bytes(7_000_000, 8, stage, p, g, k) == \
+            pytest.approx(memory)
