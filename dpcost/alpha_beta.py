@@ -21,9 +21,8 @@ Pure Python (no numpy), so the explorer can call it cheaply.
 from __future__ import annotations
 
 import math
-import numbers
 
-from dpcost.core import check_model_size_bytes, check_num_gpus
+from dpcost.core import check_model_size_bytes, check_num_gpus, check_real
 
 __all__ = [
     "ddp_communication_time_terms",
@@ -37,14 +36,7 @@ __all__ = [
 
 def _check_real(value, name: str) -> float:
     """``value`` as a finite float; TypeError unless it is a real number (not bool)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(
-        value, numbers.Real
-    ):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
+    return check_real(value, name)
 
 
 def _check_inputs(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s):

@@ -20,6 +20,7 @@ __all__ = [
     "communication_reduction_factor",
     "check_num_gpus",
     "check_model_size_bytes",
+    "check_real",
 ]
 
 
@@ -69,6 +70,24 @@ def check_num_gpus(num_gpus) -> int:
             f" {_show(num_gpus)}"
         )
     return int(num_gpus)
+
+
+def check_real(value, name: str, minimum: float = -math.inf, strict: bool = False,
+               what: str = "a number") -> float:
+    """``value`` as a finite float >= ``minimum`` (> if ``strict``), for the models' other
+    inputs (bandwidths, latencies, byte counts): TypeError unless a real number (bool is not),
+    ValueError otherwise, each naming ``name``."""
+    if _is_bool(value) or _is_numpy_time(value) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {_show(value)}")
+    try:
+        value = float(value)
+    except OverflowError:  # an exact int too large for a float
+        value = math.inf
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    return value
 
 
 def check_model_size_bytes(model_size_bytes) -> int | float:

@@ -51,11 +51,10 @@ in ``Gather.backward``) and ``comm.cpp: gather`` (outputs) are plain copies thro
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpcost.core import check_num_gpus
+from dpcost.core import check_num_gpus, check_real
 
 __all__ = [
     "StepTransfer",
@@ -109,19 +108,7 @@ class StepTransfer:
 
 def _check_bytes(value, name: str) -> float:
     """``value`` as a float of bytes: a finite real number >= 0 (TypeError/ValueError naming it)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(
-        value, numbers.Real
-    ):
-        raise TypeError(f"{name} must be a number of bytes, got {type(value).__name__} {value!r}")
-    try:
-        value = float(value)
-    except OverflowError:
-        value = math.inf
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return value
+    return check_real(value, name, 0.0, what="a number of bytes")
 
 
 def _check_all(param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes, num_gpus):

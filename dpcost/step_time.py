@@ -30,7 +30,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dpcost.core import check_num_gpus
+from dpcost.core import check_num_gpus, check_real
 
 __all__ = [
     "ring_allreduce_time",
@@ -59,19 +59,7 @@ __all__ = [
 
 def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float:
     """``value`` as a finite float >= minimum (> if strict); errors name the parameter."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(
-        value, numbers.Real
-    ):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    try:
-        value = float(value)
-    except OverflowError:
-        value = math.inf
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
-    return value
+    return check_real(value, name, minimum, strict)
 
 
 def _link(bandwidth_bytes_per_s, latency_s) -> tuple[float, float]:

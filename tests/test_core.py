@@ -273,3 +273,17 @@ def test_finite_longdouble_beyond_float_range_says_so():
         with pytest.raises(ValueError, match="model_size_bytes must be >= 0"):
             fn(-big, 4)
     assert dp_communication_volume(np.longdouble(2.5), 3) == 10.0  # in range: accepted
+
+
+def test_check_real_names_the_parameter_and_its_bounds():
+    from dpcost.core import check_real
+
+    assert check_real(3, "x") == 3.0
+    with pytest.raises(TypeError, match="latency_s must be a number, got bool"):
+        check_real(True, "latency_s")
+    with pytest.raises(ValueError, match="bytes must be >= 0"):
+        check_real(-1, "bytes", 0.0)
+    with pytest.raises(ValueError, match="beta must be > 0"):
+        check_real(0, "beta", 0.0, strict=True)
+    with pytest.raises(ValueError, match="must be finite"):
+        check_real(10**400, "size")
