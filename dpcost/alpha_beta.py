@@ -10,6 +10,11 @@ the busiest link, the one that decides when the step is done:
   messages of S through GPU0's link, one after the other: 2 (n - 1) alpha + 2 (n - 1) S / beta.
 
 The bandwidth terms differ by exactly n; the latency terms are equal and grow with n.
+These four functions treat the whole model as ONE message stream (one all-reduce, one
+broadcast and one reduce) and the star is the copy path. The real message counts are per
+bucket and per chunk: ``ddp_bucketed_time_terms`` (one ring per DDP bucket) and
+``dp_chunked_time_terms`` (one broadcast and one reduce per 10 MiB chunk, on the copy or the
+NCCL path); ``dpcost.step_time`` adds compute and overlap.
 Pure Python (no numpy), so the explorer can call it cheaply.
 """
 
@@ -25,6 +30,8 @@ __all__ = [
     "dp_communication_time_terms",
     "ddp_communication_time",
     "dp_communication_time",
+    "ddp_bucketed_time_terms",
+    "dp_chunked_time_terms",
 ]
 
 
@@ -97,3 +104,43 @@ def dp_communication_time(model_size_bytes, num_gpus, bandwidth_bytes_per_s, lat
     """Seconds for DP's star through GPU0: latency term + bandwidth term (alpha-beta model)."""
     return sum(dp_communication_time_terms(
         model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s))
+
+
+def ddp_bucketed_time_terms(bucket_bytes, num_gpus, bandwidth_bytes_per_s,
+                            latency_s) -> tuple[float, float]:
+    """(latency, bandwidth) seconds of DDP's all-reduces, one ring per bucket.
+
+    ``(2 (n-1) alpha x len(buckets), 2 (n-1)/n x sum(buckets) / beta)``. Buckets from
+    ``dataparallel_traffic.ddp_buckets_from_sizes`` (or ``ddp_bucket_sizes``).
+    """
+    from dpcost.step_time import _sizes
+
+    sizes = _sizes(bucket_bytes, "bucket_bytes")
+    n = check_num_gpus(num_gpus)
+    _, _, beta, alpha = _check_inputs(0, n, bandwidth_bytes_per_s, latency_s)
+    if n <= 1:
+        return 0.0, 0.0
+    return 2 * (n - 1) * alpha * len(sizes), 2 * (n - 1) / n * sum(sizes) / beta
+
+
+def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s,
+                          path="copy", chunk_bytes=10_485_760) -> tuple[float, float]:
+    """(latency, bandwidth) seconds of DataParallel's broadcast of P and reduce of G = P.
+
+    Each is cut into ``c = ceil(P / chunk_bytes)`` chunks (``comm.py``'s 10 MiB
+    ``buffer_size``), each paying (n-1) alpha (serial copies on the copy path, the chain's
+    hops on the NCCL path): latency ``2 c (n-1) alpha``. Bandwidth on GPU0's link: copy path
+    ``2 (n-1) P / beta`` (the star), NCCL path ``2 P / beta`` (a pipelined chain).
+    """
+    size, n, beta, alpha = _check_inputs(
+        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
+    if path not in ("copy", "nccl"):
+        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    limit = _check_real(chunk_bytes, "chunk_bytes")
+    if limit <= 0:
+        raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes!r}")
+    if n <= 1:
+        return 0.0, 0.0
+    chunks = math.ceil(size / limit) if size > 0 else 0
+    bandwidth = 2 * (n - 1) * size / beta if path == "copy" else 2 * size / beta
+    return 2 * chunks * (n - 1) * alpha, bandwidth

@@ -33,6 +33,19 @@ DDP (``torch/nn/parallel/distributed.py``): one broadcast of P + B from rank 0 a
 when ``forward_sync_buffers`` (formerly ``broadcast_buffers``) is on and the model has buffers,
 and one ring all-reduce per gradient bucket (``reducer.cpp: Reducer::all_reduce_bucket``),
 2 (n-1)/n of each bucket sent and received by every rank.
+
+DataParallel's two paths (``dp_path_traffic``). The rows above, and the five functions of
+``dpcost.core``, are the **copy path**: without NCCL, ``torch/csrc/cuda/comm.cpp: broadcast``
+copies to each GPU with ``tensor.to(device)``/``copy_`` and ``comm.py: reduce_add`` adds
+``other.to(destination)`` for each replica, so GPU0's link carries every copy: a star. On every
+Linux CUDA build the **NCCL path** is taken instead (``torch/cuda/nccl.py: is_available`` is true
+for contiguous dense CUDA tensors on distinct devices): ``comm.cpp: broadcast`` ->
+``_broadcast_out_impl`` -> ``nccl::broadcast`` and ``comm.py: reduce_add`` -> ``nccl.reduce``,
+which run as pipelined rings (a chain from the root): GPU0 sends S once in the broadcast and
+receives S once in the reduce. On both paths ``comm.cpp: scatter`` (inputs, and output gradients
+in ``Gather.backward``) and ``comm.cpp: gather`` (outputs) are plain copies through GPU0: a star.
+``broadcast_coalesced`` and ``reduce_add_coalesced`` move the tensors in chunks of at most about
+``buffer_size = 10485760`` bytes (10 MiB, ``comm.py``): one copy or one NCCL call per chunk.
 """
 
 from __future__ import annotations
@@ -55,6 +68,21 @@ __all__ = [
     "DEFAULT_BUCKET_CAP_BYTES",
     "DEFAULT_FIRST_BUCKET_BYTES",
     "resnet50_counts",
+    "DP_CHUNK_BYTES",
+    "DP_PATHS",
+    "coalesced_chunk_sizes",
+    "chain_broadcast_bytes",
+    "chain_reduce_bytes",
+    "PhaseTraffic",
+    "dp_path_traffic",
+    "gpu_bytes",
+    "gpu_busy_bytes",
+    "dp_messages",
+    "busy_time_ratio",
+    "compute_bucket_assignment_by_size",
+    "ddp_buckets_from_sizes",
+    "resnet50_parameter_bytes",
+    "resnet50_ready_order_bytes",
 ]
 
 # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB = 25 (MiB), and
@@ -220,6 +248,7 @@ def ddp_step_transfers(
     first_bucket_bytes=DEFAULT_FIRST_BUCKET_BYTES,
     sync_buffers: bool = True,
     include_construction: bool = False,
+    bucket_sizes=None,
 ) -> list[StepTransfer]:
     """DDP's training iteration as rows: buffer broadcast, one ring all-reduce per bucket.
 
@@ -252,7 +281,13 @@ def ddp_step_transfers(
         "forward", "each rank runs its replica on its own shard of the batch",
         dist + "DistributedDataParallel.forward (inputs from torch/utils/data/distributed.py:"
         " DistributedSampler)", 0.0, 0.0, 0.0))
-    for i, bucket in enumerate(ddp_bucket_sizes(G, bucket_cap_bytes, first_bucket_bytes)):
+    if bucket_sizes is None:
+        buckets = ddp_bucket_sizes(G, bucket_cap_bytes, first_bucket_bytes)
+    else:
+        buckets = [_check_bytes(b, f"bucket_sizes[{i}]") for i, b in enumerate(bucket_sizes)]
+        if not math.isclose(sum(buckets), G, rel_tol=1e-9, abs_tol=1e-6):
+            raise ValueError(f"bucket_sizes must add up to grad_bytes ({sum(buckets)!r} != {G!r})")
+    for i, bucket in enumerate(buckets):
         per_rank = 2 * (n - 1) / n * bucket
         rows.append(StepTransfer(
             "backward", f"all-reduce gradient bucket {i} (ring)",
@@ -322,3 +357,379 @@ def resnet50_counts(num_classes: int = 1000) -> dict[str, int]:
         "buffer_elements": 2 * bn_channels + bn_layers,
         "buffer_bytes": 4 * 2 * bn_channels + 8 * bn_layers,
     }
+
+
+# --- DataParallel's two paths: bytes and messages per GPU ----------------------------------
+
+# torch/nn/parallel/comm.py: broadcast_coalesced(..., buffer_size=10485760) and
+# reduce_add_coalesced(..., buffer_size=10485760): tensors are coalesced in 10 MiB chunks.
+DP_CHUNK_BYTES = 10_485_760
+
+DP_PATHS = ("copy", "nccl")
+
+
+def coalesced_chunk_sizes(tensor_bytes, buffer_size=DP_CHUNK_BYTES, rule="broadcast"):
+    """Bytes of each chunk that DataParallel's coalesced copies move, in order.
+
+    ``tensor_bytes`` is a sequence of tensor sizes (one dtype; the order given) or one number
+    (a stream of small tensors, cut at ``buffer_size``). Two rules, both from PyTorch:
+
+    - ``"broadcast"``: ``torch/csrc/utils/tensor_flatten.cpp: take_tensors``, which
+      ``comm.cpp: broadcast_coalesced`` uses: a chunk closes once its size reaches
+      ``buffer_size`` (>=), so it can overshoot by the tensor that crossed it.
+    - ``"reduce"``: ``torch/_utils.py: _take_tensors``, which ``comm.py: reduce_add_coalesced``
+      uses: a tensor that would take a non-empty chunk past ``buffer_size`` starts a new one.
+
+    A tensor is never split, so a tensor above ``buffer_size`` is a chunk of its own. For one
+    number both rules give ``[buffer_size] * k + [rest]``. Units: bytes.
+    """
+    limit = _check_bytes(buffer_size, "buffer_size")
+    if limit <= 0:
+        raise ValueError(f"buffer_size must be > 0, got {buffer_size!r}")
+    if rule not in ("broadcast", "reduce"):
+        raise ValueError(f"rule must be 'broadcast' or 'reduce', got {rule!r}")
+    if not (isinstance(tensor_bytes, Sequence) and not isinstance(tensor_bytes, str)):
+        total = _check_bytes(tensor_bytes, "tensor_bytes")
+        full = int(total // limit)
+        rest = total - full * limit
+        return [limit] * full + ([rest] if rest > 0 else [])
+    sizes = [_check_bytes(s, f"tensor_bytes[{i}]") for i, s in enumerate(tensor_bytes)]
+    chunks, open_size, open_count = [], 0.0, 0
+    for size in sizes:
+        if rule == "reduce" and open_count and open_size + size > limit:
+            chunks.append(open_size)
+            open_size, open_count = 0.0, 0
+        open_size, open_count = open_size + size, open_count + 1
+        if rule == "broadcast" and open_size >= limit:
+            chunks.append(open_size)
+            open_size, open_count = 0.0, 0
+    if open_count:
+        chunks.append(open_size)
+    return chunks
+
+
+def chain_broadcast_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
+    """(sent, received) bytes of each GPU in a pipelined chain broadcast of S from GPU0.
+
+    NCCL's ring broadcast (``nccl::broadcast``) runs along the ring 0 -> 1 -> ... -> n-1 and
+    stops before returning to the root: GPU0 sends S, GPUs 1..n-2 receive S and forward it
+    (sending and receiving at the same time, in pipelined slices), GPU n-1 only receives S.
+    Index = GPU. Empty for n <= 0; [(0, 0)] for n = 1.
+    """
+    S = _check_bytes(size_bytes, "size_bytes")
+    n = check_num_gpus(num_gpus)
+    if n <= 1:
+        return [(0.0, 0.0)] * max(n, 0)
+    return [(S, 0.0)] + [(S, S)] * (n - 2) + [(0.0, S)]
+
+
+def chain_reduce_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
+    """(sent, received) bytes of each GPU in a pipelined chain reduce of S onto GPU0.
+
+    The mirror of the broadcast (``nccl.reduce`` with ``root=0``, NCCL's ring reduce): the chain
+    starts at GPU 1, which sends its S; GPUs 2..n-1 receive a partial sum, add their own and
+    send S on; GPU0 receives S. Index = GPU.
+    """
+    S = _check_bytes(size_bytes, "size_bytes")
+    n = check_num_gpus(num_gpus)
+    if n <= 1:
+        return [(0.0, 0.0)] * max(n, 0)
+    return [(0.0, S), (S, 0.0)] + [(S, S)] * (n - 2)
+
+
+@dataclass(frozen=True)
+class PhaseTraffic:
+    """One communication phase of a DataParallel iteration, per GPU (index = GPU).
+
+    ``sent``/``received``: bytes each GPU sends/receives in this phase. ``calls``: copies
+    (copy path) or NCCL calls (NCCL path), one per 10 MiB chunk and destination as PyTorch
+    issues them. ``latency_steps``: messages on the critical path, each paying one alpha:
+    n - 1 per chunk on both paths (n - 1 serial copies through GPU0's link on the copy path;
+    n - 1 hops of the chain on the NCCL path).
+    """
+
+    phase: str  # "forward" | "backward"
+    action: str
+    pytorch_function: str
+    sent: tuple[float, ...]
+    received: tuple[float, ...]
+    calls: int
+    latency_steps: int
+    chunk_bytes: tuple[float, ...] = ()  # the chunks (for the time model)
+
+
+def _star_out(S, n):
+    """GPU0 sends S/n to each other GPU: (sent, received) per GPU."""
+    return [((n - 1) / n * S, 0.0)] + [(0.0, S / n)] * (n - 1)
+
+
+def _star_in(S, n):
+    return [(0.0, (n - 1) / n * S)] + [(S / n, 0.0)] * (n - 1)
+
+
+def _copy_broadcast(S, n):
+    return [((n - 1) * S, 0.0)] + [(0.0, S)] * (n - 1)
+
+
+def _copy_reduce(S, n):
+    return [(0.0, (n - 1) * S)] + [(S, 0.0)] * (n - 1)
+
+
+def dp_path_traffic(param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes, num_gpus,
+                    path="nccl", param_sizes=None, buffer_sizes=None,
+                    chunk_bytes=DP_CHUNK_BYTES) -> list[PhaseTraffic]:
+    """DataParallel's communication phases for one iteration on ``path`` "copy" or "nccl".
+
+    Per GPU (index = GPU), in bytes, with P, B, G, I, O as in the module table:
+
+    ============================  =========================  ==============================
+    phase (PyTorch function)      copy path                  NCCL path
+    ============================  =========================  ==============================
+    scatter inputs (comm.scatter) GPU0 out (n-1)/n I         the same (plain copies)
+    broadcast P + B               GPU0 out (n-1)(P+B);       chain: GPU0 out P+B; 1..n-2
+    (comm.broadcast_coalesced)    others in P+B              in and out P+B; n-1 in P+B
+    gather outputs (comm.gather)  GPU0 in (n-1)/n O          the same (plain copies)
+    scatter output gradients      GPU0 out (n-1)/n O         the same (plain copies)
+    reduce G (reduce_add_coal.)   GPU0 in (n-1) G;           chain: GPU0 in G; 2..n-1 in
+                                  others out G               and out G; GPU 1 out G
+    ============================  =========================  ==============================
+
+    ``param_sizes``/``buffer_sizes`` (per-tensor bytes, optional) make the 10 MiB chunks
+    exact (``coalesced_chunk_sizes``); without them P, B and G are cut at ``chunk_bytes``.
+    Parameters and buffers are broadcast by two separate ``broadcast_coalesced`` calls
+    (``replicate.py: replicate``). For n <= 1 DataParallel runs the module itself: no phases.
+    """
+    P, B, G, I, O, n = _check_all(  # noqa: E741 (the course's symbols)
+        param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes, num_gpus)
+    if path not in DP_PATHS:
+        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    limit = _check_bytes(chunk_bytes, "chunk_bytes")
+    if limit <= 0:
+        raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes!r}")
+    if n <= 1:
+        return []
+
+    def chunks(sizes, total, rule, name):
+        if sizes is None:
+            return coalesced_chunk_sizes(total, limit, rule)
+        got = coalesced_chunk_sizes(sizes, limit, rule)
+        if not math.isclose(sum(got), total, rel_tol=1e-9, abs_tol=1e-6):
+            raise ValueError(f"{name} must add up to the total given ({sum(got)!r} != {total!r})")
+        return got
+
+    p_chunks = chunks(param_sizes, P, "broadcast", "param_sizes")
+    b_chunks = chunks(buffer_sizes, B, "broadcast", "buffer_sizes")
+    # reduce_add_coalesced chunks the gradients, which have the parameters' sizes
+    g_chunks = chunks(param_sizes if param_sizes is not None and G == P else None, G, "reduce",
+                      "param_sizes")
+    k = n - 1
+    base, cpp = "torch/nn/parallel/", "torch/csrc/cuda/comm.cpp: "
+    nccl = path == "nccl"
+    bcast = chain_broadcast_bytes if nccl else _copy_broadcast
+    reduce = chain_reduce_bytes if nccl else _copy_reduce
+    bcast_fn = cpp + ("broadcast -> _broadcast_out_impl -> nccl::broadcast" if nccl
+                      else "broadcast -> _broadcast_out_impl -> copy_ per GPU")
+    reduce_fn = base + "comm.py: reduce_add -> " + (
+        "torch/cuda/nccl.py: reduce" if nccl else "other.to(destination) per replica")
+    calls_per_chunk = 1 if nccl else k
+
+    def row(phase, action, fn, pairs, n_chunks, calls, sizes=()):
+        return PhaseTraffic(phase, action, fn, tuple(s for s, _ in pairs),
+                            tuple(r for _, r in pairs), calls, n_chunks * k, tuple(sizes))
+
+    def add(a, b):
+        return [(x[0] + y[0], x[1] + y[1]) for x, y in zip(a, b, strict=True)]
+
+    rows = []
+    if I > 0:
+        rows.append(row("forward", "scatter the inputs from GPU0 (copies)",
+                        base + "scatter_gather.py: scatter_kwargs -> _functions.py: Scatter"
+                        " -> " + cpp + "scatter", _star_out(I, n), 1, k))
+    pb = [(0.0, 0.0)] * n
+    for c in p_chunks + b_chunks:
+        pb = add(pb, bcast(c, n))
+    rows.append(row("forward", "replicate parameters and buffers (broadcast_coalesced, "
+                    f"{len(p_chunks) + len(b_chunks)} chunks of <= 10 MiB)",
+                    base + "replicate.py: replicate -> comm.py: broadcast_coalesced -> "
+                    + bcast_fn, pb, len(p_chunks) + len(b_chunks),
+                    (len(p_chunks) + len(b_chunks)) * calls_per_chunk, p_chunks + b_chunks))
+    if O > 0:
+        rows.append(row("forward", "gather the outputs onto GPU0 (copies)",
+                        base + "_functions.py: Gather.forward -> comm.py: gather -> " + cpp
+                        + "gather", _star_in(O, n), 1, k))
+        rows.append(row("backward", "scatter the output gradients from GPU0 (copies)",
+                        base + "_functions.py: Gather.backward -> Scatter -> " + cpp
+                        + "scatter", _star_out(O, n), 1, k))
+    g = [(0.0, 0.0)] * n
+    for c in g_chunks:
+        g = add(g, reduce(c, n))
+    rows.append(row("backward", f"sum the gradients onto GPU0 ({len(g_chunks)} chunks)",
+                    base + "_functions.py: Broadcast.backward -> ReduceAddCoalesced -> "
+                    "comm.py: reduce_add_coalesced -> " + reduce_fn, g, len(g_chunks),
+                    len(g_chunks) * calls_per_chunk, g_chunks))
+    return rows
+
+
+def gpu_bytes(rows: list[PhaseTraffic], gpu: int = 0) -> tuple[float, float]:
+    """(sent, received) bytes of GPU ``gpu`` over ``rows``."""
+    return (sum(r.sent[gpu] for r in rows), sum(r.received[gpu] for r in rows))
+
+
+def gpu_busy_bytes(rows: list[PhaseTraffic], gpu: int = 0) -> float:
+    """Bytes that set GPU ``gpu``'s link busy time: sum over phases of max(sent, received).
+
+    DataParallel's phases run one after another; within a phase a link sends and receives at
+    the same time (full duplex), so each phase costs its larger direction.
+    """
+    return sum(max(r.sent[gpu], r.received[gpu]) for r in rows)
+
+
+def dp_messages(rows: list[PhaseTraffic]) -> dict[str, int]:
+    """{"calls": copies or NCCL calls, "latency_steps": alphas on the critical path}."""
+    return {"calls": sum(r.calls for r in rows),
+            "latency_steps": sum(r.latency_steps for r in rows)}
+
+
+def busy_time_ratio(num_gpus, path="nccl") -> float:
+    """GPU0's busy bytes under DataParallel / a DDP rank's, for P = G and B = I = O = 0.
+
+    Copy path: 2 (n-1) P / (2 (n-1)/n P) = n (the five functions' factor). NCCL path: GPU0
+    sends P in forward and receives P in backward, 2P in series, against a ring rank's
+    2 (n-1)/n P: n / (n-1) (8/7 = 1.14 at n = 8). Returns 1.0 for n <= 1.
+    """
+    n = check_num_gpus(num_gpus)
+    if path not in DP_PATHS:
+        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    if n <= 1:
+        return 1.0
+    return float(n) if path == "copy" else n / (n - 1)
+
+
+# --- DDP's bucket assignment, reimplemented without torch ----------------------------------
+
+
+def compute_bucket_assignment_by_size(tensor_bytes, bucket_size_limits, dtypes=None,
+                                      tensor_indices=None):
+    """Pure-Python ``torch.distributed._compute_bucket_assignment_by_size`` (reducer.cpp).
+
+    ``tensor_bytes[i]``: bytes of tensor i (numel * element size), in the order given (DDP's
+    constructor passes registration order; the rebuild passes gradient-ready order with
+    ``tensor_indices``). Tensors are grouped per ``dtypes[i]`` (one group if None); a group's
+    bucket closes as soon as its size reaches the current limit (>=), then the group moves to
+    the next limit, staying on the last one; tensors are never split. The open buckets are
+    appended at the end. Without ``tensor_indices`` the buckets are sorted by their smallest
+    tensor index, as torch does; with them, bucket entries are ``tensor_indices[i]``.
+    Returns (bucket_indices, per_bucket_size_limits), like torch.
+
+    DDP (torch 2.13, ``distributed.py: BucketCapacityConfig.compute_bucket_size_limits``)
+    calls it with ``[sys.maxsize]`` at construction unless ``find_unused_parameters``: one
+    bucket in the first iteration. The rebuild after it (``Reducer::rebuild_buckets``) uses
+    ``[1 MiB, 25 MiB]`` over the gradient-ready order.
+    """
+    if isinstance(tensor_bytes, str) or not isinstance(tensor_bytes, Sequence):
+        raise TypeError(f"tensor_bytes must be a sequence of sizes, got "
+                        f"{type(tensor_bytes).__name__}")
+    sizes = [_check_bytes(s, f"tensor_bytes[{i}]") for i, s in enumerate(tensor_bytes)]
+    if isinstance(bucket_size_limits, str) or not isinstance(bucket_size_limits, Sequence) \
+            or not bucket_size_limits:
+        raise ValueError(f"bucket_size_limits must be a non-empty sequence, got "
+                         f"{bucket_size_limits!r}")
+    limits = [_check_bytes(x, f"bucket_size_limits[{i}]")
+              for i, x in enumerate(bucket_size_limits)]
+    if dtypes is not None and len(dtypes) != len(sizes):
+        raise ValueError(f"dtypes must have one entry per tensor ({len(sizes)}), got "
+                         f"{len(dtypes)}")
+    if tensor_indices is not None and len(tensor_indices) != len(sizes):
+        raise ValueError(f"tensor_indices must have one entry per tensor ({len(sizes)}), got "
+                         f"{len(tensor_indices)}")
+    open_buckets: dict = {}  # key -> [indices, size, limit position]
+    result = []
+    for i, size in enumerate(sizes):
+        index = tensor_indices[i] if tensor_indices is not None else i
+        key = dtypes[i] if dtypes is not None else None
+        bucket = open_buckets.setdefault(key, [[], 0.0, 0])
+        bucket[0].append(index)
+        bucket[1] += size
+        limit = limits[bucket[2]]
+        if bucket[1] >= limit:
+            result.append((bucket[0], limit))
+            open_buckets[key] = [[], 0.0, min(bucket[2] + 1, len(limits) - 1)]
+    for indices, _, position in open_buckets.values():
+        if indices:
+            result.append((indices, limits[position]))
+    if tensor_indices is None:
+        result.sort(key=lambda item: min(item[0]))
+    return [list(ix) for ix, _ in result], [lim for _, lim in result]
+
+
+def ddp_buckets_from_sizes(ready_order_bytes, first_iteration=False,
+                           bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
+                           first_bucket_bytes=DEFAULT_FIRST_BUCKET_BYTES) -> list[float]:
+    """Bytes of DDP's buckets from per-parameter gradient bytes in gradient-ready order.
+
+    ``first_iteration``: one bucket of everything (torch 2.13's default). Otherwise the rebuilt
+    buckets: caps ``first_bucket_bytes`` then ``bucket_cap_bytes`` (1 MiB, 25 MiB).
+    """
+    if first_iteration:
+        sizes = [_check_bytes(s, f"ready_order_bytes[{i}]")
+                 for i, s in enumerate(ready_order_bytes)]
+        return [sum(sizes)] if sizes else []
+    indices, _ = compute_bucket_assignment_by_size(
+        ready_order_bytes, [first_bucket_bytes, bucket_cap_bytes])
+    return [float(sum(ready_order_bytes[i] for i in bucket)) for bucket in indices]
+
+
+def resnet50_parameter_bytes(dtype_bytes: int = 4, num_classes: int = 1000):
+    """ResNet-50's parameters as (name, bytes) in registration order (torch's named_parameters
+    for torchvision's layout, as ``tests/torch_resnet50.py`` builds it: a Sequential)."""
+    out = []
+
+    def conv(name, c_in, c_out, k):
+        out.append((name + ".weight", c_in * c_out * k * k * dtype_bytes))
+
+    def bn(name, c):
+        out.append((name + ".weight", c * dtype_bytes))
+        out.append((name + ".bias", c * dtype_bytes))
+
+    conv("0", 3, 64, 7)
+    bn("1", 64)
+    c_in, layer = 64, 4
+    for width, blocks in _RESNET50_STAGES:
+        for block in range(blocks):
+            p = str(layer)
+            conv(p + ".conv1", c_in, width, 1)
+            bn(p + ".bn1", width)
+            conv(p + ".conv2", width, width, 3)
+            bn(p + ".bn2", width)
+            conv(p + ".conv3", width, 4 * width, 1)
+            bn(p + ".bn3", 4 * width)
+            if block == 0:
+                conv(p + ".downsample.0", c_in, 4 * width, 1)
+                bn(p + ".downsample.1", 4 * width)
+            c_in, layer = 4 * width, layer + 1
+    out.append((f"{layer + 2}.weight", c_in * num_classes * dtype_bytes))
+    out.append((f"{layer + 2}.bias", num_classes * dtype_bytes))
+    return out
+
+
+def resnet50_ready_order_bytes(downsample_first: bool = True, dtype_bytes: int = 4):
+    """ResNet-50's gradient bytes in the order backward produces them.
+
+    Autograd runs the nodes created last first, so the gradients arrive in reverse
+    registration order, block by block. Within a bottleneck block that computes the shortcut
+    (``downsample(x)``) after the main branch, as torchvision's ``Bottleneck.forward`` and
+    ``tests/torch_resnet50.py`` do, the shortcut's gradients come first
+    (``downsample_first=True``; recorded with hooks and by DDP's rebuild on this machine); a
+    block that computes it before the main branch delivers them last (``False``).
+    """
+    named = resnet50_parameter_bytes(dtype_bytes)
+    blocks: dict[str, list] = {}
+    for name, size in named:
+        blocks.setdefault(name.split(".")[0], []).append((name, size))
+    order = []
+    for key in reversed(list(blocks)):
+        items = blocks[key][::-1]
+        shortcut = [x for x in items if ".downsample." in x[0]]
+        main = [x for x in items if ".downsample." not in x[0]]
+        order += shortcut + main if downsample_first else main + shortcut
+    return [size for _, size in order]

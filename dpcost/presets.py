@@ -1,8 +1,10 @@
 """Real models and interconnects, each number with its source.
 
-Every figure here is nominal: parameter counts are exact (recomputed from each model's published
-config in ``tests/test_presets.py``), but activation sizes are estimates from a formula, and
-bandwidths and latencies are the vendors' nominal or typical published figures, not measurements.
+Every figure here is nominal: parameter counts are exact, counted from each model's published
+config (``tests/test_presets.py`` recounts them; each ``source`` also gives the rounded figure
+the paper prints, e.g. 117M for GPT-2 small, whose exact count is 124,439,808), but activation
+sizes are estimates from a formula, and bandwidths, latencies and FLOP/s are the vendors'
+nominal or typical published figures, not measurements.
 Pure Python on purpose, so the explorer and the notebooks can import it cheaply.
 """
 
@@ -20,6 +22,11 @@ __all__ = [
     "INTERCONNECTS",
     "transformer_activation_bytes_per_sample",
     "resnet50_activation_bytes_per_sample",
+    "GPUPreset",
+    "GPUS",
+    "resnet50_forward_macs_per_image",
+    "RESNET50_FORWARD_FLOPS_PER_IMAGE",
+    "TRAINING_FLOPS_PER_PARAMETER_TOKEN",
 ]
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -123,8 +130,10 @@ MODELS: dict[str, ModelPreset] = {
     "ResNet-50": ModelPreset(
         name="ResNet-50",
         parameters=25_557_032,
-        source="torchvision docs, ResNet50_Weights.IMAGENET1K_V1 (num_params 25,557,032); "
-        "He et al. 2016",
+        source="exact count 25,557,032 from torchvision's docs (ResNet50_Weights.IMAGENET1K_V1,"
+        " num_params), recounted from the architecture (dataparallel_traffic.resnet50_counts)"
+        " and from a torch module in the tests; He et al. 2016 print no parameter count (their "
+        "Table 1 gives 3.8 x 10^9 FLOPs)",
         kind="vision",
         output_elements_per_sample=1000,  # ImageNet-1k logits
         activation_bytes_per_sample=resnet50_activation_bytes_per_sample(224),
@@ -133,8 +142,9 @@ MODELS: dict[str, ModelPreset] = {
     "BERT-base": ModelPreset(
         name="BERT-base",
         parameters=109_482_240,
-        source="Devlin et al. 2019 (~110M); exact count for bert-base-uncased (encoder + "
-        "pooler) from its Hugging Face config: vocab 30522, 512 positions, d 768, 12 layers",
+        source="exact count (encoder + pooler) counted from the published Hugging Face config "
+        "of bert-base-uncased: vocab 30522, 512 positions, d 768, 12 layers, FFN 3072 (the "
+        "BERT paper, Devlin et al. 2019, prints 110M)",
         kind="language",
         # masked-LM logits at every position (BertForMaskedLM); its head adds ~0.6M parameters
         output_elements_per_sample=512 * 30_522,
@@ -144,8 +154,9 @@ MODELS: dict[str, ModelPreset] = {
     "GPT-2 small": ModelPreset(
         name="GPT-2 small",
         parameters=124_439_808,
-        source="Radford et al. 2019; Hugging Face model card 'gpt2' (124,439,808 with the "
-        "LM head tied to the token embedding): vocab 50257, 1024 positions, d 768, 12 layers",
+        source="exact count counted from the published Hugging Face config 'gpt2' (vocab "
+        "50257, 1024 positions, d 768, 12 layers, LM head tied to the token embedding; the "
+        "model card gives 124,439,808); the GPT-2 paper, Radford et al. 2019, prints 117M",
         kind="language",
         output_elements_per_sample=1024 * 50_257,  # logits: seq_len x vocabulary
         activation_bytes_per_sample=_GPT2_SMALL_ACT,
@@ -154,8 +165,9 @@ MODELS: dict[str, ModelPreset] = {
     "GPT-2 XL": ModelPreset(
         name="GPT-2 XL",
         parameters=1_557_611_200,
-        source="Radford et al. 2019 (1.5B); Hugging Face model card 'gpt2-xl': vocab 50257, "
-        "1024 positions, d 1600, 48 layers, 25 heads",
+        source="exact count counted from the published Hugging Face config 'gpt2-xl' (vocab "
+        "50257, 1024 positions, d 1600, 48 layers, 25 heads, tied LM head); the GPT-2 paper, "
+        "Radford et al. 2019, prints 1542M",
         kind="language",
         output_elements_per_sample=1024 * 50_257,
         activation_bytes_per_sample=_GPT2_XL_ACT,
@@ -164,8 +176,9 @@ MODELS: dict[str, ModelPreset] = {
     "Llama-2 7B": ModelPreset(
         name="Llama-2 7B",
         parameters=6_738_415_616,
-        source="Touvron et al. 2023; Hugging Face config meta-llama/Llama-2-7b-hf: vocab "
-        "32000, d 4096, 32 layers, 32 heads, MLP 11008, untied LM head",
+        source="exact count counted from the published Hugging Face config "
+        "meta-llama/Llama-2-7b-hf (vocab 32000, d 4096, 32 layers, 32 heads, MLP 11008, untied "
+        "LM head); the Llama 2 paper, Touvron et al. 2023, prints 7B",
         kind="language",
         output_elements_per_sample=4096 * 32_000,
         activation_bytes_per_sample=_LLAMA2_7B_ACT,
@@ -174,8 +187,9 @@ MODELS: dict[str, ModelPreset] = {
     "Llama-2 13B": ModelPreset(
         name="Llama-2 13B",
         parameters=13_015_864_320,
-        source="Touvron et al. 2023; Hugging Face config meta-llama/Llama-2-13b-hf: vocab "
-        "32000, d 5120, 40 layers, 40 heads, MLP 13824, untied LM head",
+        source="exact count counted from the published Hugging Face config "
+        "meta-llama/Llama-2-13b-hf (vocab 32000, d 5120, 40 layers, 40 heads, MLP 13824, "
+        "untied LM head); the Llama 2 paper, Touvron et al. 2023, prints 13B",
         kind="language",
         output_elements_per_sample=4096 * 32_000,
         activation_bytes_per_sample=_LLAMA2_13B_ACT,
@@ -184,8 +198,9 @@ MODELS: dict[str, ModelPreset] = {
     "Llama-2 70B": ModelPreset(
         name="Llama-2 70B",
         parameters=68_976_648_192,
-        source="Touvron et al. 2023; Hugging Face config meta-llama/Llama-2-70b-hf: vocab "
-        "32000, d 8192, 80 layers, 64 query / 8 key-value heads, MLP 28672, untied LM head",
+        source="exact count counted from the published Hugging Face config "
+        "meta-llama/Llama-2-70b-hf (vocab 32000, d 8192, 80 layers, 64 query / 8 key-value "
+        "heads, MLP 28672, untied LM head); the Llama 2 paper, Touvron et al. 2023, prints 70B",
         kind="language",
         output_elements_per_sample=4096 * 32_000,
         activation_bytes_per_sample=_LLAMA2_70B_ACT,
@@ -283,3 +298,72 @@ INTERCONNECTS: dict[str, InterconnectPreset] = {
         "(TCP/IP framing takes a few % more). Latency: typical ~10 us or more over TCP",
     ),
 }
+
+
+# --- GPUs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPUPreset:
+    """A GPU's peak dense math rates (FLOP/s, no sparsity) and its memory, with sources."""
+
+    name: str
+    peak_flops: dict  # {"bf16", "fp16", "tf32", "fp32"} -> dense FLOP/s
+    memory_bytes: float  # HBM capacity, bytes
+    source: str
+
+
+GPUS: dict[str, GPUPreset] = {
+    "A100 SXM 80GB": GPUPreset(
+        name="A100 SXM 80GB",
+        peak_flops={"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+        memory_bytes=80e9,
+        source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column): FP32 19.5 "
+        "TFLOPS; TF32 Tensor Core 156 TFLOPS, BF16/FP16 Tensor Core 312 TFLOPS (dense; the "
+        "datasheet's 312*/624* are with sparsity); 80GB HBM2e (decimal here; the device "
+        "reports 81,920 MiB)",
+    ),
+    "H100 SXM 80GB": GPUPreset(
+        name="H100 SXM 80GB",
+        peak_flops={"bf16": 989.5e12, "fp16": 989.5e12, "tf32": 494.5e12, "fp32": 67e12},
+        memory_bytes=80e9,
+        source="NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): FP32 67 TFLOPS; "
+        "TF32 Tensor Core 989 TFLOPS*, BF16/FP16 Tensor Core 1,979 TFLOPS*, where * is with "
+        "sparsity and dense is half (494.5 and 989.5 here); 80GB HBM3 (decimal here)",
+    ),
+}
+
+# --- FLOPs per step ---------------------------------------------------------------------------
+
+# Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361), Sec. 2.1:
+# training costs C ~ 6 N FLOPs per token (forward 2N, backward 4N), N = non-embedding parameters.
+TRAINING_FLOPS_PER_PARAMETER_TOKEN = 6
+
+
+def resnet50_forward_macs_per_image(image_size: int = 224) -> int:
+    """Multiply-accumulates of one ResNet-50 forward (convolutions and fc), counted from its shape.
+
+    About 4.09e9 at 224 x 224: the figure torchvision's docs list as "GFLOPS 4.09" for
+    ResNet50_Weights.IMAGENET1K_V1 and He et al. 2016 (Table 1) as "3.8 x 10^9 FLOPs" (both count
+    multiply-adds; He et al. count the v1 layout). One MAC is two FLOPs.
+    ``tests/test_presets.py`` checks the count against ``torch.utils.flop_counter``.
+    """
+    side = _halve(image_size)
+    macs = 3 * 64 * 49 * side * side  # 7x7 stride-2 stem
+    side = _halve(side)  # max-pool
+    c_in = 64
+    for width, blocks, stride in _RESNET50_STAGES:
+        for block in range(blocks):
+            macs += c_in * width * side * side  # 1x1 reduce (at the input's resolution)
+            out_side = _halve(side) if block == 0 and stride == 2 else side
+            macs += width * width * 9 * out_side * out_side  # 3x3 (strides in block 0)
+            macs += width * 4 * width * out_side * out_side  # 1x1 expand
+            if block == 0:
+                macs += c_in * 4 * width * out_side * out_side  # downsample 1x1
+            side, c_in = out_side, 4 * width
+    return macs + 2048 * 1000  # fc
+
+
+# FLOPs = 2 x MACs; training (forward + backward) is about 3x the forward (backward computes the
+# gradients of both the inputs and the weights, each about one forward).
+RESNET50_FORWARD_FLOPS_PER_IMAGE = 2 * resnet50_forward_macs_per_image(224)

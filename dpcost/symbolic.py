@@ -21,6 +21,8 @@ __all__ = [
     "reduction_factor_ratio", "reduction_factor_simplified", "limits",
     "ring_traffic", "star_traffic", "ring_time_expr", "star_time_expr", "busiest_link_times",
     "allreduce_lower_bound", "min_messages_per_element",
+    "K", "C", "chain_traffic", "nccl_path_ratio", "bucketed_ring_time_expr",
+    "chunked_dp_time_expr",
 ]
 
 n = sp.Symbol("n", integer=True, positive=True)
@@ -29,6 +31,8 @@ S = sp.Symbol("S", real=True, nonnegative=True)
 alpha = sp.Symbol("alpha", positive=True)
 beta = sp.Symbol("beta", positive=True)
 k = sp.Symbol("k", integer=True, positive=True)  # step counter in sums over steps
+K = sp.Symbol("K", integer=True, positive=True)  # DDP's gradient buckets (one all-reduce each)
+C = sp.Symbol("C", integer=True, positive=True)  # DataParallel's 10 MiB chunks per direction
 
 
 # --- the five quantities ------------------------------------------------------------------
@@ -164,6 +168,43 @@ def busiest_link_times() -> dict[str, sp.Expr]:
     ring = (ring_time_expr() - ring_time_expr().subs(S, 0)).expand()
     star = (star_time_expr() - star_time_expr().subs(S, 0)).expand()
     return {"ring": sp.factor(ring), "star": sp.factor(star), "ratio": sp.simplify(star / ring)}
+
+
+# --- DataParallel's NCCL path, and messages counted per bucket and per chunk ---------------
+
+def chain_traffic() -> dict[str, sp.Expr]:
+    """DataParallel's NCCL path: a pipelined chain broadcast of S from GPU0 in forward and a
+    chain reduce of S onto GPU0 in backward (``nccl::broadcast``, ``nccl.reduce``).
+
+    Per GPU: the root sends S and later receives S; an intermediate GPU receives and forwards S
+    in each (at once, pipelined); the two ends send or receive S once. Keys: "root_sent",
+    "root_received", "root_busy" (2 S: the two phases are serial), "total" (2 (n - 1) S: n - 1
+    links carry S in each phase, the same total as the ring and the star).
+    """
+    return {"root_sent": S, "root_received": S, "root_busy": 2 * S,
+            "total": sp.factor(2 * (n - 1) * S)}
+
+
+def nccl_path_ratio() -> sp.Expr:
+    """GPU0's busy bytes on the NCCL path over a ring rank's: ``2 S / (2 (n - 1)/n S)``, which
+    simplifies to ``n / (n - 1)`` (for n >= 2): the copy path's factor n nearly closes."""
+    return sp.simplify(chain_traffic()["root_busy"] / ring_traffic()["sent_per_rank"])
+
+
+def bucketed_ring_time_expr() -> sp.Expr:
+    """DDP's all-reduce of S in K buckets, one ring each: ``2 (n - 1) K alpha + 2 (n-1)/n S/beta``
+    (the bytes are the same; the latency is paid per bucket). Seconds."""
+    return 2 * (n - 1) * K * alpha + 2 * (n - 1) / n * S / beta
+
+
+def chunked_dp_time_expr(path: str = "copy") -> sp.Expr:
+    """DataParallel's broadcast and reduce of S in C chunks each way, on GPU0's link: latency
+    ``2 C (n - 1) alpha``; bytes ``2 (n - 1) S / beta`` on the copy path (star), ``2 S / beta``
+    on the NCCL path (chain). Seconds."""
+    if path not in ("copy", "nccl"):
+        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    volume = 2 * (n - 1) * S if path == "copy" else 2 * S
+    return 2 * C * (n - 1) * alpha + volume / beta
 
 
 # --- the bandwidth lower bound -----------------------------------------------------------

@@ -110,3 +110,27 @@ def test_bad_inputs(f, kwargs, error, name):
 def test_bad_inputs_checked_even_for_one_gpu():
     with pytest.raises(ValueError, match="bandwidth_bytes_per_s"):
         ddp_communication_time_terms(1e9, 1, 0, 5e-6)
+
+
+def test_bucketed_and_chunked_terms_by_hand():
+    from dpcost.alpha_beta import ddp_bucketed_time_terms, dp_chunked_time_terms
+
+    # 5 buckets of 100 B at n=4, beta=10, alpha=1: 5 x 6 alphas; 2*3/4*500/10
+    assert ddp_bucketed_time_terms([100] * 5, 4, 10, 1) == (30.0, 75.0)
+    assert ddp_bucketed_time_terms([100], 1, 10, 1) == (0.0, 0.0)
+    # 25 MiB in 10 MiB chunks = 3 chunks each way: 2 x 3 x 3 alphas on both paths
+    P = 25 * 2**20
+    lat, bw = dp_chunked_time_terms(P, 4, 1e9, 1e-6, path="copy")
+    assert (lat, bw) == (pytest.approx(18e-6), pytest.approx(2 * 3 * P / 1e9))
+    lat, bw = dp_chunked_time_terms(P, 4, 1e9, 1e-6, path="nccl")
+    assert (lat, bw) == (pytest.approx(18e-6), pytest.approx(2 * P / 1e9))
+    # the one-stream functions charge the latency of one message each way
+    assert dp_communication_time_terms(P, 4, 1e9, 1e-6)[0] == pytest.approx(6e-6)
+    with pytest.raises(ValueError, match="path"):
+        dp_chunked_time_terms(P, 4, 1e9, 1e-6, path="tree")
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        dp_chunked_time_terms(P, 4, 1e9, 1e-6, chunk_bytes=0)
+    with pytest.raises(TypeError, match="bucket_bytes"):
+        ddp_bucketed_time_terms(100, 4, 1e9, 1e-6)
+    with pytest.raises(ValueError, match="bandwidth_bytes_per_s"):
+        ddp_bucketed_time_terms([1], 4, 0, 1e-6)

@@ -11,13 +11,26 @@ from dpcost.core import ddp_communication_volume, dp_communication_volume
 from dpcost.dataparallel_traffic import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
+    DP_CHUNK_BYTES,
     StepTransfer,
+    busy_time_ratio,
+    chain_broadcast_bytes,
+    chain_reduce_bytes,
+    coalesced_chunk_sizes,
+    compute_bucket_assignment_by_size,
     ddp_bucket_sizes,
+    ddp_buckets_from_sizes,
     ddp_step_transfers,
     dp_full_volume,
+    dp_messages,
+    dp_path_traffic,
     dp_step_transfers,
     gpu0_bytes,
+    gpu_busy_bytes,
+    gpu_bytes,
     resnet50_counts,
+    resnet50_parameter_bytes,
+    resnet50_ready_order_bytes,
     total_bytes,
 )
 
@@ -192,3 +205,267 @@ def test_resnet50_counts_match_a_real_module():
     assert sum(b.numel() * b.element_size() for b in buffers) == counts["buffer_bytes"]
     assert counts["batchnorm_channels"] * 2 == 53_120
     assert counts["batchnorm_layers"] == 53
+
+
+# --- DataParallel's two paths ----------------------------------------------------------------
+
+
+def test_chunk_size_is_torch_default():
+    import inspect
+
+    from torch.nn.parallel import comm
+
+    for f in (comm.broadcast_coalesced, comm.reduce_add_coalesced):
+        assert inspect.signature(f).parameters["buffer_size"].default == DP_CHUNK_BYTES
+    assert DP_CHUNK_BYTES == 10 * MiB
+
+
+def test_chain_bytes_by_hand():
+    assert chain_broadcast_bytes(5, 4) == [(5, 0), (5, 5), (5, 5), (0, 5)]
+    assert chain_reduce_bytes(5, 4) == [(0, 5), (5, 0), (5, 5), (5, 5)]
+    assert chain_broadcast_bytes(7, 2) == [(7, 0), (0, 7)]
+    assert chain_reduce_bytes(7, 2) == [(0, 7), (7, 0)]
+    assert chain_broadcast_bytes(7, 1) == [(0, 0)]
+
+
+def test_chunks_by_hand():
+    # broadcast (C++ take_tensors): close once >= limit; reduce (_take_tensors): before exceeding
+    assert coalesced_chunk_sizes([4, 4, 4, 20, 1], 10, "broadcast") == [12, 20, 1]
+    assert coalesced_chunk_sizes([4, 4, 4, 20, 1], 10, "reduce") == [8, 4, 20, 1]
+    assert coalesced_chunk_sizes(25, 10) == [10, 10, 5]
+    assert coalesced_chunk_sizes(20, 10) == [10, 10]
+    assert coalesced_chunk_sizes(0, 10) == []
+    assert coalesced_chunk_sizes([], 10) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reduce_chunks_match_torch_take_tensors(seed):
+    import torch
+    from torch._utils import _take_tensors
+
+    rng = random.Random(seed)
+    numels = [rng.choice([1, 100, 300_000, 1_000_000, 3_000_000]) for _ in range(30)]
+    tensors = [torch.empty(k) for k in numels]
+    torch_chunks = [sum(t.numel() * 4 for t in chunk)
+                    for chunk in _take_tensors(tensors, DP_CHUNK_BYTES)]
+    assert coalesced_chunk_sizes([4 * k for k in numels], rule="reduce") == torch_chunks
+
+
+def test_two_paths_by_hand():
+    # P=100, B=0, G=100, I=O=0, n=4; the copy path is the star, the NCCL path a chain
+    copy = dp_path_traffic(100, 0, 100, 0, 0, 4, path="copy")
+    assert [(r.sent, r.received) for r in copy] == [
+        ((300, 0, 0, 0), (0, 100, 100, 100)), ((0, 100, 100, 100), (300, 0, 0, 0))]
+    nccl = dp_path_traffic(100, 0, 100, 0, 0, 4, path="nccl")
+    assert [(r.sent, r.received) for r in nccl] == [
+        ((100, 100, 100, 0), (0, 100, 100, 100)), ((0, 100, 100, 100), (100, 0, 100, 100))]
+    assert gpu_busy_bytes(copy, 0) == 600 and gpu_busy_bytes(nccl, 0) == 200
+    assert [gpu_busy_bytes(nccl, g) for g in range(4)] == [200, 200, 200, 200]
+    # one chunk each way: 3 copies per chunk on the copy path, 1 NCCL call on the NCCL path;
+    # both pay n - 1 = 3 alphas per chunk
+    assert dp_messages(copy) == {"calls": 6, "latency_steps": 6}
+    assert dp_messages(nccl) == {"calls": 2, "latency_steps": 6}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_copy_path_is_the_five_functions_star(n):
+    P, B, G, I, O = 1000, 30, 1000, 512, 96  # noqa: E741
+    rows = dp_path_traffic(P, B, G, I, O, n, path="copy")
+    sent, received = gpu_bytes(rows, 0)
+    assert sent + received == pytest.approx(dp_full_volume(P, B, G, I, O, n))
+    assert gpu_bytes(dp_path_traffic(P, 0, P, 0, 0, n, path="copy"), 0) == (
+        (n - 1) * P, (n - 1) * P)
+    assert sum(gpu_bytes(dp_path_traffic(P, 0, P, 0, 0, n, "copy"), 0)) == \
+        dp_communication_volume(P, n)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_nccl_path_per_gpu(n):
+    P, B, G, I, O = 1000, 30, 1000, 512, 96  # noqa: E741
+    rows = dp_path_traffic(P, B, G, I, O, n, path="nccl")
+    # GPU0: P + B out in the broadcast, G in from the reduce, and the copies of I and O
+    assert gpu_bytes(rows, 0) == pytest.approx(
+        (P + B + (n - 1) / n * (I + O), G + (n - 1) / n * O))
+    last = n - 1
+    if n > 2:  # an intermediate GPU forwards the broadcast and the partial sums
+        assert gpu_bytes(rows, 2 if n > 3 else 1)[0] >= P + B
+    assert gpu_bytes(rows, last)[1] == pytest.approx(P + B + I / n + O / n + (G if n > 2 else 0))
+    total_sent = sum(sum(r.sent) for r in rows)
+    total_received = sum(sum(r.received) for r in rows)
+    assert total_sent == pytest.approx(total_received)  # every byte sent is received
+    # chain broadcast and reduce move (n - 1) S over all links, like the star
+    assert total_sent == pytest.approx((n - 1) * (P + B + G) + (n - 1) / n * (I + 2 * O))
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16])
+def test_busy_time_ratio(n):
+    P = 4_000_000
+    ddp_busy = ddp_communication_volume(P, n)  # a ring rank: max(sent, received)
+    for path in ("copy", "nccl"):
+        gpu0 = gpu_busy_bytes(dp_path_traffic(P, 0, P, 0, 0, n, path=path), 0)
+        assert gpu0 / ddp_busy == pytest.approx(busy_time_ratio(n, path))
+    assert busy_time_ratio(n, "copy") == n
+    assert busy_time_ratio(n, "nccl") == pytest.approx(n / (n - 1))
+    assert busy_time_ratio(8, "nccl") == pytest.approx(8 / 7)
+
+
+def test_chunks_of_resnet50():
+    sizes = [b for _, b in resnet50_parameter_bytes()]
+    rows = dp_path_traffic(sum(sizes), 0, sum(sizes), 0, 0, 8, path="nccl", param_sizes=sizes)
+    (bcast,) = [r for r in rows if "replicate" in r.action]
+    (reduce,) = [r for r in rows if "sum the gradients" in r.action]
+    assert sum(bcast.chunk_bytes) == sum(reduce.chunk_bytes) == 4 * 25_557_032
+    # 97.5 MiB: 9 broadcast chunks (each closes at >= 10 MiB), 13 reduce chunks (each <= 10 MiB)
+    assert (len(bcast.chunk_bytes), len(reduce.chunk_bytes)) == (9, 13)
+    assert all(c >= DP_CHUNK_BYTES for c in bcast.chunk_bytes[:-1])
+    assert all(c <= DP_CHUNK_BYTES or c in sizes for c in reduce.chunk_bytes)
+    assert bcast.calls == len(bcast.chunk_bytes) and bcast.latency_steps == 7 * bcast.calls
+    assert len(coalesced_chunk_sizes(4 * 25_557_032)) == 10  # cut exactly: 9 full + rest
+
+
+def test_path_bad_inputs():
+    with pytest.raises(ValueError, match="path"):
+        dp_path_traffic(1, 0, 1, 0, 0, 2, path="ring")
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        dp_path_traffic(1, 0, 1, 0, 0, 2, chunk_bytes=0)
+    with pytest.raises(ValueError, match="param_sizes"):
+        dp_path_traffic(10, 0, 10, 0, 0, 2, param_sizes=[1, 2])
+    with pytest.raises(TypeError, match="num_gpus"):
+        dp_path_traffic(1, 0, 1, 0, 0, "2")
+    with pytest.raises(ValueError, match="rule"):
+        coalesced_chunk_sizes([1], 10, rule="other")
+    with pytest.raises(ValueError, match="buffer_size"):
+        coalesced_chunk_sizes([1], 0)
+    with pytest.raises(TypeError, match=r"tensor_bytes\[0\]"):
+        coalesced_chunk_sizes(["1"], 10)
+    with pytest.raises(ValueError, match="size_bytes"):
+        chain_broadcast_bytes(-1, 2)
+    with pytest.raises(ValueError, match="path"):
+        busy_time_ratio(4, "star")
+    assert dp_path_traffic(1, 0, 1, 0, 0, 1) == []
+
+
+# --- DDP's bucket assignment against torch's --------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bucket_assignment_matches_torch(seed):
+    import torch
+    import torch.distributed as dist
+
+    rng = random.Random(seed)
+    count = rng.randint(1, 40)
+    numels = [rng.choice([1, 10, 1000, 50_000, 300_000, 2_000_000, 7_000_000])
+              for _ in range(count)]
+    dtypes = [rng.choice([torch.float32, torch.float16]) if seed % 2 else torch.float32
+              for _ in range(count)]
+    tensors = [torch.empty(k, dtype=d) for k, d in zip(numels, dtypes, strict=True)]
+    sizes = [t.numel() * t.element_size() for t in tensors]
+    limits = rng.choice([[MiB, 25 * MiB], [25 * MiB], [10_000, 100_000, 5 * MiB]])
+    torch_ix, torch_lim = dist._compute_bucket_assignment_by_size(
+        tensors, limits, [False] * count)
+    ours_ix, ours_lim = compute_bucket_assignment_by_size(sizes, limits, dtypes=dtypes)
+    assert (ours_ix, ours_lim) == (torch_ix, torch_lim)
+    # with tensor_indices (the rebuild's ready order): same buckets; the open ones at the end
+    # come from a hash map in torch, so compare them as a set when there are several dtypes
+    order = list(range(count))[::-1]
+    ordered = [tensors[i] for i in order]
+    torch_ix, _ = dist._compute_bucket_assignment_by_size(
+        ordered, limits, [False] * count, order)
+    ours_ix, _ = compute_bucket_assignment_by_size(
+        [sizes[i] for i in order], limits, dtypes=[dtypes[i] for i in order],
+        tensor_indices=order)
+    assert sorted(map(tuple, ours_ix)) == sorted(map(tuple, torch_ix))
+    if not seed % 2:
+        assert ours_ix == torch_ix
+
+
+def _ready_order(model, x):
+    """Gradient-ready order of model's parameters, recorded with post-accumulate hooks."""
+    params = list(model.parameters())
+    order = []
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
+               for i, p in enumerate(params)]
+    model(x).sum().backward()
+    for h in handles:
+        h.remove()
+    return [params[i].numel() * params[i].element_size() for i in order]
+
+
+def test_resnet50_parameter_list_matches_torch():
+    model = resnet50()
+    assert resnet50_parameter_bytes() == [
+        (name, p.numel() * 4) for name, p in model.named_parameters()]
+
+
+def test_resnet50_real_buckets():
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    model = resnet50()
+    ready = _ready_order(model, torch.randn(2, 3, 64, 64))
+    # the gradient order is the reverse of registration, each shortcut before its main branch
+    assert ready == resnet50_ready_order_bytes(downsample_first=True)
+    ours = ddp_buckets_from_sizes(ready)
+    tensors = [torch.empty(b // 4) for b in ready]
+    torch_ix, _ = dist._compute_bucket_assignment_by_size(
+        tensors, [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES], [False] * len(ready),
+        list(range(len(ready))))
+    assert ours == [sum(ready[i] for i in b) for b in torch_ix]
+    # measured on this machine: DDP's rebuilt_bucket_sizes for this module (2 ranks, gloo)
+    assert ours == [8_196_000, 31_502_336, 26_255_360, 26_550_272, 9_724_160]
+    # the issue's figures: the same rule with each shortcut's gradients after its main branch
+    assert ddp_buckets_from_sizes(resnet50_ready_order_bytes(downsample_first=False)) == [
+        8_196_000, 31_502_336, 28_356_608, 26_288_128, 7_885_056]
+    # first iteration: one bucket; no 1 MiB bucket, because fc.weight alone is 8.2 MB
+    assert ddp_buckets_from_sizes(ready, first_iteration=True) == [102_228_128]
+    assert ready[:2] == [4_000, 8_192_000]  # fc.bias, then fc.weight
+    assert min(ours) > DEFAULT_FIRST_BUCKET_BYTES
+
+
+def test_resnet50_shortcut_last_order_is_real():
+    """A block that computes its shortcut first really delivers the shortcut's gradients last."""
+    import torch
+    from torch_resnet50 import Bottleneck
+
+    class ShortcutFirst(Bottleneck):
+        def forward(self, x):
+            identity = self.downsample(x) if self.downsample is not None else x
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            return self.relu(out + identity)
+
+    torch.manual_seed(0)
+    model = resnet50()
+    for module in model:
+        if isinstance(module, Bottleneck):
+            module.__class__ = ShortcutFirst
+    assert _ready_order(model, torch.randn(2, 3, 64, 64)) == resnet50_ready_order_bytes(
+        downsample_first=False)
+
+
+def test_bucket_assignment_bad_inputs():
+    with pytest.raises(TypeError, match="tensor_bytes"):
+        compute_bucket_assignment_by_size(100, [10])
+    with pytest.raises(ValueError, match="bucket_size_limits"):
+        compute_bucket_assignment_by_size([1], [])
+    with pytest.raises(ValueError, match="dtypes"):
+        compute_bucket_assignment_by_size([1, 2], [10], dtypes=["a"])
+    with pytest.raises(ValueError, match="tensor_indices"):
+        compute_bucket_assignment_by_size([1, 2], [10], tensor_indices=[0])
+    with pytest.raises(ValueError, match=r"tensor_bytes\[1\]"):
+        compute_bucket_assignment_by_size([1, -2], [10])
+    with pytest.raises(ValueError, match=r"bucket_size_limits\[0\]"):
+        compute_bucket_assignment_by_size([1], [-1])
+
+
+def test_ddp_rows_with_real_buckets():
+    buckets = ddp_buckets_from_sizes(resnet50_ready_order_bytes())
+    G = sum(buckets)
+    rows = ddp_step_transfers(G, 0, G, 0, 0, 4, bucket_sizes=buckets)
+    sizes = [r.total_bytes / (2 * 3) for r in rows if r.action.startswith("all-reduce")]
+    assert sizes == pytest.approx(buckets)
+    with pytest.raises(ValueError, match="bucket_sizes"):
+        ddp_step_transfers(G, 0, G, 0, 0, 4, bucket_sizes=buckets[:-1])

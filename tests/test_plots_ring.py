@@ -47,12 +47,16 @@ def test_bytes_per_rank():
 
 def test_time_vs_gpus():
     fig, data = time_vs_gpus(100e6, 25e9, 5e-6, gpu_counts=[2, 4, 8])
-    assert data["ring_latency_s"] == pytest.approx([2 * 5e-6, 6 * 5e-6, 14 * 5e-6])
+    # 100 MB = 1 MiB + 3 x 25 MiB + rest: 5 buckets; ceil(100e6 / 10 MiB) = 10 chunks each way
+    assert len(data["buckets"]) == 5 and data["chunks"] == 10
+    assert data["ring_latency_s"] == pytest.approx([5 * 2 * 5e-6, 5 * 6 * 5e-6, 5 * 14 * 5e-6])
     assert data["ring_bandwidth_s"] == pytest.approx([4e-3, 6e-3, 7e-3])
-    assert data["star_total_s"] == pytest.approx([2 * (5e-6 + 4e-3), 6 * (5e-6 + 4e-3),
-                                                  14 * (5e-6 + 4e-3)])
+    # copy path: 2 x 10 chunks x (n-1) alphas + 2 (n-1) S / beta; NCCL path: ... + 2 S / beta
+    assert data["star_total_s"] == pytest.approx(
+        [20 * k * 5e-6 + 2 * k * 4e-3 for k in (1, 3, 7)])
+    assert data["chain_total_s"] == pytest.approx([20 * k * 5e-6 + 8e-3 for k in (1, 3, 7)])
     ax = fig.axes[0]
     assert ax.get_title() and ax.get_xlabel() and "ms" in ax.get_ylabel()
-    assert len(ax.get_legend().get_texts()) == 5
+    assert len(ax.get_legend().get_texts()) == 6
     plt.close(fig)
 

@@ -19,3 +19,28 @@ def test_dp_volume_breakdown():
     assert data["toy"]["ddp_total"] == 160
     assert len(fig.axes[0].patches) == 7
     plt.close(fig)
+
+
+def test_two_paths_per_gpu():
+    from dpcost.plots.traffic import two_paths_per_gpu
+
+    fig, data = two_paths_per_gpu(100, 4)
+    # copy path: GPU0 300 out then 300 in; NCCL chain: 100 out then 100 in on every GPU
+    assert data["copy"]["busy"] == [600, 200, 200, 200]
+    assert data["nccl"]["busy"] == [200, 200, 200, 200]
+    assert data["nccl"]["sent"] == [100, 200, 200, 100]
+    assert data["ddp"]["busy"] == [150] * 4  # 2 * 3/4 * 100
+    ax = fig.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and "GB" in ax.get_ylabel()
+    assert len(ax.get_legend().get_texts()) == 3
+    plt.close(fig)
+
+
+def test_busy_ratio_vs_gpus():
+    from dpcost.plots.traffic import busy_ratio_vs_gpus
+
+    fig, data = busy_ratio_vs_gpus([2, 4, 8])
+    assert data["copy"] == [2, 4, 8]
+    assert data["nccl"] == [2, 4 / 3, 8 / 7]
+    assert fig.axes[0].get_legend() is not None
+    plt.close(fig)

@@ -220,3 +220,34 @@ def test_custom_model_and_its_errors():
         custom_model(10, activation_bytes_per_sample=float("nan"))
     with pytest.raises(TypeError, match="activation_bytes_per_sample"):
         custom_model(10, activation_bytes_per_sample="1GB")
+
+
+# --- GPUs, FLOPs and where the exact counts come from ----------------------------------------
+
+
+def test_gpu_presets_from_the_datasheets():
+    from dpcost.presets import GPUS
+
+    a100, h100 = GPUS["A100 SXM 80GB"], GPUS["H100 SXM 80GB"]
+    assert a100.peak_flops == {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}
+    # H100 datasheet prints sparse figures (1,979 bf16, 989 tf32); dense is half
+    assert h100.peak_flops["bf16"] == 1979e12 / 2 and h100.peak_flops["tf32"] == 989e12 / 2
+    assert h100.peak_flops["fp32"] == 67e12
+    for gpu in GPUS.values():
+        assert gpu.memory_bytes == 80e9
+        assert "datasheet" in gpu.source and "sparsity" in gpu.source
+        assert set(gpu.peak_flops) >= {"bf16", "fp32", "tf32"}
+
+
+def test_each_count_says_where_it_comes_from():
+    for name, model in MODELS.items():
+        assert "exact count" in model.source, name
+        assert "print" in model.source, name  # the paper's rounded figure, beside it
+    assert "117M" in MODELS["GPT-2 small"].source
+    assert "1542M" in MODELS["GPT-2 XL"].source
+
+
+def test_kaplan_constant():
+    from dpcost.presets import TRAINING_FLOPS_PER_PARAMETER_TOKEN
+
+    assert TRAINING_FLOPS_PER_PARAMETER_TOKEN == 6  # forward 2N + backward 4N per token

@@ -172,3 +172,32 @@ def test_import_dpcost_does_not_import_sympy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_nccl_path_ratio_and_chain():
+    assert sym.nccl_path_ratio() == sym.n / (sym.n - 1)
+    assert sp.limit(sym.nccl_path_ratio(), sym.n, sp.oo) == 1
+    assert sym.nccl_path_ratio().subs(sym.n, 8) == sp.Rational(8, 7)
+    chain = sym.chain_traffic()
+    assert sp.simplify(chain["total"] - sym.star_traffic()["total"]) == 0  # same total bytes
+    assert chain["root_busy"] == 2 * sym.S
+
+
+def test_bucketed_and_chunked_match_the_numeric_model():
+    from dpcost.alpha_beta import ddp_bucketed_time_terms, dp_chunked_time_terms
+
+    ring = sp.lambdify((sym.S, sym.n, sym.beta, sym.alpha, sym.K),
+                       sym.bucketed_ring_time_expr(), "math")
+    for n in (2, 4, 8, 64):
+        buckets = [2**20, 25 * 2**20, 7e6]
+        assert math.isclose(ring(sum(buckets), n, 25e9, 5e-6, 3),
+                            sum(ddp_bucketed_time_terms(buckets, n, 25e9, 5e-6)), rel_tol=1e-12)
+        for path in ("copy", "nccl"):
+            f = sp.lambdify((sym.S, sym.n, sym.beta, sym.alpha, sym.C),
+                            sym.chunked_dp_time_expr(path), "math")
+            size = 25 * 2**20  # 3 chunks of <= 10 MiB
+            assert math.isclose(f(size, n, 25e9, 5e-6, 3),
+                                sum(dp_chunked_time_terms(size, n, 25e9, 5e-6, path)),
+                                rel_tol=1e-12)
+    with pytest.raises(ValueError, match="path"):
+        sym.chunked_dp_time_expr("tree")

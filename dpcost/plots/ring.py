@@ -9,7 +9,6 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
-from dpcost.alpha_beta import ddp_communication_time_terms, dp_communication_time_terms
 from dpcost.plots import style
 from dpcost.ring import AllReduceTrace
 
@@ -109,18 +108,26 @@ def bytes_per_rank(ring: AllReduceTrace, star: AllReduceTrace):
 
 def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: float,
                  gpu_counts=range(2, 65)):
-    """alpha-beta time on the busiest link against n: the ring's latency and bandwidth terms
-    and their sum, and DP's star total. Log-log axes, times in milliseconds.
+    """alpha-beta time on the busiest link against n, messages counted as PyTorch sends them:
+    the ring's latency and bandwidth terms over DDP's buckets (``ddp_bucket_sizes``, 1 MiB then
+    25 MiB) and their sum, and DataParallel's broadcast + reduce in 10 MiB chunks on the copy
+    path (star) and the NCCL path (chain). Log-log axes, times in milliseconds.
 
-    Returns (figure, data): "gpus", "ring_latency_s", "ring_bandwidth_s", "ring_total_s",
-    "star_total_s" (seconds).
+    Returns (figure, data): "gpus", "buckets", "chunks", "ring_latency_s", "ring_bandwidth_s",
+    "ring_total_s", "star_total_s" (copy path), "chain_total_s" (NCCL path), in seconds.
     """
+    from dpcost.alpha_beta import ddp_bucketed_time_terms, dp_chunked_time_terms
+    from dpcost.dataparallel_traffic import DP_CHUNK_BYTES, ddp_bucket_sizes
+
     style.apply()
     gpus = list(gpu_counts)
-    ring = [ddp_communication_time_terms(size_bytes, n, bandwidth_bytes_per_s, latency_s)
+    buckets = ddp_bucket_sizes(size_bytes)
+    ring = [ddp_bucketed_time_terms(buckets, n, bandwidth_bytes_per_s, latency_s) for n in gpus]
+    star = [sum(dp_chunked_time_terms(size_bytes, n, bandwidth_bytes_per_s, latency_s, "copy"))
             for n in gpus]
-    star = [sum(dp_communication_time_terms(size_bytes, n, bandwidth_bytes_per_s, latency_s))
-            for n in gpus]
+    chain = [sum(dp_chunked_time_terms(size_bytes, n, bandwidth_bytes_per_s, latency_s, "nccl"))
+             for n in gpus]
+    chunks = -(-int(size_bytes) // DP_CHUNK_BYTES)
     lat = [a for a, _ in ring]
     bw = [b for _, b in ring]
     total = [a + b for a, b in ring]
@@ -128,13 +135,15 @@ def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: flo
     ax = fig.subplots()
     ms = 1e3
     ax.plot(gpus, [t * ms for t in star], "-", color=style.DP_COLOR, lw=2.5,
-            label="DataParallel star: 2(n-1)(alpha + S/beta)")
+            label=f"DP copy path (star), {chunks} chunks each way")
+    ax.plot(gpus, [t * ms for t in chain], "-", color="#e59866", lw=2.5,
+            label=f"DP NCCL path (chain), {chunks} chunks each way")
     ax.plot(gpus, [t * ms for t in total], "-", color=style.DDP_COLOR, lw=2.5,
-            label="ring total")
+            label=f"DDP ring total, {len(buckets)} buckets")
     ax.plot(gpus, [t * ms for t in bw], "--", color=style.DDP_COLOR, lw=1.8,
             label="ring bandwidth term: 2(n-1)/n S/beta")
     ax.plot(gpus, [t * ms for t in lat], ":", color=style.DDP_COLOR, lw=2.2,
-            label="ring latency term: 2(n-1) alpha")
+            label=f"ring latency term: 2(n-1) alpha x {len(buckets)} buckets")
     ax.axhline(2 * size_bytes / bandwidth_bytes_per_s * ms, color="gray", lw=1, ls="-.",
                label="2 S/beta (the ring's bandwidth limit)")
     ax.set_xscale("log", base=2)
@@ -145,7 +154,8 @@ def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: flo
     ax.set_title(f"alpha-beta model, illustrative: S = {size_bytes / 1e6:g} MB, "
                  f"beta = {bandwidth_bytes_per_s / 1e9:g} GB/s, "
                  f"alpha = {latency_s * 1e6:g} us")
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", fontsize=11)
     fig.tight_layout()
-    return fig, {"gpus": gpus, "ring_latency_s": lat, "ring_bandwidth_s": bw,
-                 "ring_total_s": total, "star_total_s": star}
+    return fig, {"gpus": gpus, "buckets": buckets, "chunks": chunks, "ring_latency_s": lat,
+                 "ring_bandwidth_s": bw, "ring_total_s": total, "star_total_s": star,
+                 "chain_total_s": chain}

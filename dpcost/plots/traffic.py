@@ -57,3 +57,70 @@ def dp_volume_breakdown(cases: dict[str, dict], num_gpus: int):
     ax.legend(loc="upper left", fontsize=12)
     fig.tight_layout()
     return fig, data
+
+
+def two_paths_per_gpu(param_bytes: float, num_gpus: int, buffer_bytes: float = 0.0):
+    """Bars per GPU: bytes sent and received in DataParallel's broadcast of P + B and reduce
+    of G = P, on the copy path (a star through GPU0) and on the NCCL path (a pipelined chain),
+    beside a DDP rank's ring all-reduce. GB (decimal).
+
+    Returns (figure, data): data[path] = {"sent": [...], "received": [...], "busy": [...]}
+    per GPU for "copy" and "nccl" (busy = sum over phases of max(sent, received), the bytes
+    that set each link's busy time), and data["ddp"] = {"sent", "received", "busy"} per rank.
+    """
+    from dpcost.core import ddp_communication_volume
+    from dpcost.dataparallel_traffic import dp_path_traffic, gpu_busy_bytes
+
+    style.apply()
+    n = num_gpus
+    data = {}
+    for path in ("copy", "nccl"):
+        rows = dp_path_traffic(param_bytes, buffer_bytes, param_bytes, 0, 0, n, path=path)
+        data[path] = {"sent": [sum(r.sent[g] for r in rows) for g in range(n)],
+                      "received": [sum(r.received[g] for r in rows) for g in range(n)],
+                      "busy": [gpu_busy_bytes(rows, g) for g in range(n)]}
+    ring = ddp_communication_volume(param_bytes, n)
+    data["ddp"] = {"sent": [ring] * n, "received": [ring] * n, "busy": [ring] * n}
+    fig = Figure(figsize=(12.0, 5.6))
+    ax = fig.subplots()
+    width = 0.27
+    series = [("copy", "DP, copy path (no NCCL): star", style.DP_COLOR),
+              ("nccl", "DP, NCCL path: pipelined chain", "#e59866"),
+              ("ddp", "DDP rank: ring all-reduce", style.DDP_COLOR)]
+    for i, (key, label, color) in enumerate(series):
+        xs = [g + (i - 1) * width for g in range(n)]
+        ax.bar(xs, [b / 1e9 for b in data[key]["busy"]], width, color=color, label=label)
+    ax.set_xticks(range(n), [f"GPU {g}" for g in range(n)])
+    ax.set_xlabel("GPU (GPU0 = device_ids[0], DataParallel's root)")
+    ax.set_ylabel("busy bytes on the GPU's link (GB)")
+    ax.set_title(f"Parameters out + gradients in, P = {param_bytes / 1e9:g} GB, n = {n}: "
+                 "sum over phases of max(sent, received)")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig, data
+
+
+def busy_ratio_vs_gpus(gpu_counts=range(2, 17)):
+    """Lines: GPU0's busy bytes under DataParallel over a DDP rank's, against n, on both paths:
+    n on the copy path (the five functions' factor), n/(n-1) on the NCCL path.
+
+    Returns (figure, data) with "gpus", "copy", "nccl" (ratios, dimensionless).
+    """
+    from dpcost.dataparallel_traffic import busy_time_ratio
+
+    style.apply()
+    gpus = list(gpu_counts)
+    copy = [busy_time_ratio(n, "copy") for n in gpus]
+    nccl = [busy_time_ratio(n, "nccl") for n in gpus]
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot(gpus, copy, "o-", color=style.DP_COLOR, ms=4, label="copy path (star): n")
+    ax.plot(gpus, nccl, "s-", color="#e59866", ms=4,
+            label="NCCL path (pipelined chain): n/(n-1)")
+    ax.axhline(1, color=style.DDP_COLOR, ls=":", lw=1.5, label="DDP rank = 1")
+    ax.set_xlabel("number of GPUs, n")
+    ax.set_ylabel("GPU0 busy bytes / DDP rank's (x)")
+    ax.set_title("DataParallel's busiest link against a DDP rank's, by path")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig, {"gpus": gpus, "copy": copy, "nccl": nccl}

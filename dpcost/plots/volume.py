@@ -10,26 +10,34 @@ from dpcost.plots import style
 
 
 def volume_vs_gpus(model_size_bytes: float, gpu_counts=range(1, 33), mark_gpus: int | None = None):
-    """Line figure: DP's 2(n-1)P through GPU0 and DDP's 2(n-1)/n P per rank, in GB, against n.
+    """Line figure against n, in GB: DP's 2(n-1)P through GPU0 on its copy path (the five
+    functions), GPU0's 2P on its NCCL path (a pipelined chain: P out, then P in), and DDP's
+    2(n-1)/n P per rank.
 
-    Returns (figure, data) where data maps "gpus", "dp_bytes" and "ddp_bytes" to lists, so that
-    callers and tests can check exactly what was drawn.
+    Returns (figure, data) where data maps "gpus", "dp_bytes" (copy path), "dp_nccl_bytes" and
+    "ddp_bytes" to lists, so that callers and tests can check exactly what was drawn.
     """
+    from dpcost.dataparallel_traffic import dp_path_traffic, gpu_busy_bytes
+
     style.apply()
     gpus = list(gpu_counts)
     dp = [dp_communication_volume(model_size_bytes, n) for n in gpus]
     ddp = [ddp_communication_volume(model_size_bytes, n) for n in gpus]
+    nccl = [gpu_busy_bytes(dp_path_traffic(model_size_bytes, 0, model_size_bytes, 0, 0, n,
+                                           path="nccl"), 0) if n > 1 else 0.0 for n in gpus]
     fig = Figure()  # not pyplot-managed: shown once, where the caller displays it
     ax = fig.subplots()
     ax.plot(gpus, [b / 1e9 for b in dp], "o-", color=style.DP_COLOR, ms=4,
-            label="DataParallel: through GPU0's link, 2(n-1)P")
+            label="DataParallel, copy path: through GPU0's link, 2(n-1)P")
+    ax.plot(gpus, [b / 1e9 for b in nccl], "--", color=style.DP_COLOR, lw=2,
+            label="DataParallel, NCCL path: GPU0's link, P out + P in = 2P")
     ax.plot(gpus, [b / 1e9 for b in ddp], "s-", color=style.DDP_COLOR, ms=4,
             label="DDP: sent by each rank, 2(n-1)/n P")
     ax.axhline(2 * model_size_bytes / 1e9, color=style.DDP_COLOR, ls=":", lw=1.5,
                label="DDP's limit as n grows: 2P")
     if mark_gpus is not None and mark_gpus in gpus:
         i = gpus.index(mark_gpus)
-        ax.annotate(f"n = {mark_gpus}: {dp[i] / ddp[i]:g}x", (mark_gpus, dp[i] / 1e9),
+        ax.annotate(f"copy path, n = {mark_gpus}: {dp[i] / ddp[i]:g}x", (mark_gpus, dp[i] / 1e9),
                     xytext=(-120, 10), textcoords="offset points",
                     arrowprops={"arrowstyle": "->"})
     ax.set_title(f"Communication per training step, model of {model_size_bytes / 1e9:g} GB")
@@ -38,4 +46,4 @@ def volume_vs_gpus(model_size_bytes: float, gpu_counts=range(1, 33), mark_gpus: 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.legend(loc="upper left")
     fig.tight_layout()
-    return fig, {"gpus": gpus, "dp_bytes": dp, "ddp_bytes": ddp}
+    return fig, {"gpus": gpus, "dp_bytes": dp, "dp_nccl_bytes": nccl, "ddp_bytes": ddp}
