@@ -20,6 +20,7 @@ from matplotlib.ticker import (
     FixedLocator,
     FuncFormatter,
     LogLocator,
+    MaxNLocator,
     NullFormatter,
     NullLocator,
 )
@@ -282,6 +283,7 @@ class StepView(_View):
         self._row_names = list(self.ROWS)
         ax.set_yticks(y, self._row_names)
         ax.set_ylim(-0.8, len(self.ROWS) - 0.4)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_seconds(v, digits=3)))
         ax.set_xlabel("seconds per training step (modelled)")
         ax.set_title("Step time at the chosen n")
@@ -361,7 +363,7 @@ class MemoryView(_View):
         self.totals = [ax.text(i, 0, "", ha="center", va="bottom", fontsize=9) for i in x]
         self.dynamic = [p for bars in self.bars.values() for p in bars.patches]
         self.dynamic += [self.capacity, *self.totals]
-        ax.set_xticks(x, self.LABELS)
+        ax.set_xticks(x, self.LABELS, fontsize=11)
         ax.set_xlim(-0.5, 7.3)  # room on the right for the legend
         ax.yaxis.set_major_formatter(FuncFormatter(_bytes_tick))
         ax.set_ylabel("bytes per GPU (decimal)")
