@@ -166,7 +166,8 @@ def test_dp_is_refused_beyond_one_node(explorer):
     assert data["time"]["DP, copy path"]["total"] == 0
     assert "cannot span machines" in data["time"]["DP, copy path"]["label"]
     assert data["memory"]["dp_gpu0"]["parameters"] == 0
-    assert "one node" in data["memory"]["labels"][0]
+    assert data["memory"]["labels"][0] == "one node"
+    assert data["memory"]["labels"][1].endswith("✓")  # GPT-2 XL's DDP rank fits on 80 GB
     # GPUs per node 64: the same 64 GPUs are one machine, and DataParallel runs again.
     explorer.controls["gpus_per_node"].value = 16
     assert not explorer.last["dp_available"]
