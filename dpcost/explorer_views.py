@@ -92,11 +92,12 @@ class _View:
             return self._png
         background = self._backgrounds.get(background_key)
         if background is None:
+            visible = [artist.get_visible() for artist in self.dynamic]
             for artist in self.dynamic:
                 artist.set_visible(False)
             self.canvas.draw()
-            for artist in self.dynamic:
-                artist.set_visible(True)
+            for artist, shown in zip(self.dynamic, visible, strict=True):
+                artist.set_visible(shown)
             if len(self._backgrounds) >= self.MAX_BACKGROUNDS:
                 self._backgrounds.clear()
             self._backgrounds[background_key] = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -312,6 +313,8 @@ class StepView(_View):
             else:
                 widths = (st.compute_s, st.exposed_communication_s, st.communication_s)
                 label = f" {format_seconds(st.total_s)}"  # the readout has the parts
+            for bars, width in zip((self.compute, self.exposed, self.comm), widths, strict=True):
+                bars.patches[i].set_visible(width > 0)
             self.compute.patches[i].set_width(widths[0])
             self.exposed.patches[i].set_x(widths[0])
             self.exposed.patches[i].set_width(widths[1])
@@ -384,6 +387,13 @@ class MemoryView(_View):
                 container.patches[i].set_y(bottoms[i])
                 container.patches[i].set_height(height)
                 bottoms[i] += height
+        top = max(max(bottoms), capacity_bytes, 1.0)
+        self.ax.set_ylim(0, _nice_ceiling(top * 1.2))
+        # Bars under a pixel (about 1/400 of the axis) are not drawn: patches cost ~0.1 ms each.
+        least = self.ax.get_ylim()[1] / 400
+        for container in self.bars.values():
+            for patch in container.patches:
+                patch.set_visible(patch.get_height() >= least)
         for i, text in enumerate(self.totals):
             text.set_y(bottoms[i])
             if self.GPUS[i] not in memory:
@@ -394,8 +404,6 @@ class MemoryView(_View):
                 text.set_text(f"{format_bytes(bottoms[i], digits=3)} {'✓' if fit else '✗'}")
                 text.set_color("#2e7d32" if fit else "#c0392b")
         self.capacity.set_ydata([capacity_bytes, capacity_bytes])
-        top = max(max(bottoms), capacity_bytes, 1.0)
-        self.ax.set_ylim(0, _nice_ceiling(top * 1.2))
 
     def background_key(self):
         return self.ax.get_ylim()
