@@ -72,6 +72,7 @@ from dpcost.step_time import (
 from dpcost.units import format_bytes, parse_size
 
 CUSTOM = "custom"
+MAX_CUSTOM_PARAMETERS = 10**12
 GPU_CHOICES = [2**k for k in range(11)]  # the slider: 1, 2, 4, ..., 1024
 GPUS_PER_NODE_CHOICES = [1, 2, 4, 8, 16]  # DGX A100/H100 and HGX boards: 8 (the default)
 # The curves: every n from 2 to 1024 that a log axis can tell apart, powers of two included.
@@ -96,7 +97,9 @@ def parse_parameter_count(text: str) -> int:
     """A parameter count typed by a person: "1.5e9" or "350000000" -> int.
 
     Plain numbers only (parsed with dpcost.units.parse_size): a unit such as "GB" is a size in
-    bytes, not a count, so it is refused. ValueError names the text otherwise.
+    bytes, not a count, so it is refused. ValueError names the text otherwise. At most
+    ``MAX_CUSTOM_PARAMETERS`` (1e12): the time model walks every 25 MiB bucket and 10 MiB chunk,
+    which at 1e12 fp32 parameters (152,589 buckets) already takes seconds per change.
     """
     shown = repr(text if not isinstance(text, str) or len(text) <= 40 else text[:37] + "...")
     if re.search(r"[a-df-zA-DF-Z]", text or ""):
@@ -107,6 +110,8 @@ def parse_parameter_count(text: str) -> int:
         raise ValueError(f"custom parameters {shown} is not a number such as 1.5e9") from None
     if value < 1:
         raise ValueError(f"custom parameters {shown} must be at least 1")
+    if value > MAX_CUSTOM_PARAMETERS:
+        raise ValueError(f"custom parameters {shown} must be at most 1e12 (a trillion)")
     return int(round(value))
 
 

@@ -62,6 +62,9 @@ def test_custom_model_and_bad_text_shows_an_error_not_a_traceback(explorer):
 
 def test_parse_parameter_count():
     assert parse_parameter_count("1.5e9") == 1_500_000_000
+    assert parse_parameter_count("1e12") == 10**12
+    with pytest.raises(ValueError, match="at most 1e12"):
+        parse_parameter_count("1.1e12")
     assert parse_parameter_count(" 350000000 ") == 350_000_000
     for bad in ("7B", "1GB", "x", ""):
         with pytest.raises(ValueError, match="custom parameters"):
