@@ -618,7 +618,9 @@ class Explorer:
                       f"{format_bytes(link.bandwidth_bytes_per_s, digits=3)}/s per direction, "
                       f"{format_seconds(link.latency_s)} per message "
                       f"(source: {html.escape(link.source)})<br>" for link in (intra, inter))
-            + "</div>")
+            + "<b>All-reduce algorithm</b>: rings are modelled (the two-level one beyond a node); "
+            "NCCL picks ring, tree or NVLS per call from the size and the topology "
+            "(github.com/NVIDIA/nccl/issues/754; dpcost.step_time.NCCL_ALGORITHM_NOTE)</div>")
 
     def readout_text(self) -> str:
         """The readout as plain text (tags stripped)."""
