@@ -22,14 +22,29 @@ import statistics
 import sys
 import time
 
-from dpcost.explorer import CUSTOM, GPU_CHOICES, OPTIMIZERS, Explorer
-from dpcost.presets import DTYPE_BYTES, INTERCONNECTS, MODELS
+from dpcost.explorer import (
+    CUSTOM,
+    GPU_CHOICES,
+    GPUS_PER_NODE_CHOICES,
+    INTER_NODE_LINKS,
+    INTRA_NODE_LINKS,
+    OPTIMIZERS,
+    PRECISION_CHOICES,
+    Explorer,
+)
+from dpcost.memory import ATTENTIONS
+from dpcost.presets import GPUS, MODELS
 
 VALUES = {
     "gpus": GPU_CHOICES,
     "model": [*MODELS, CUSTOM],
-    "dtype": list(DTYPE_BYTES),
-    "interconnect": list(INTERCONNECTS),
+    "precision": list(PRECISION_CHOICES),
+    "attention": list(ATTENTIONS),
+    "gpus_per_node": GPUS_PER_NODE_CHOICES,
+    "intra_link": list(INTRA_NODE_LINKS),
+    "inter_link": list(INTER_NODE_LINKS),
+    "gpu": list(GPUS),
+    "utilisation": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
     "optimizer": [value for _, value in OPTIMIZERS],
     "batch_size": [1, 8, 32, 64, 256, 1024],
     "outputs": [1000, 10_000, 512 * 30_522, 1024 * 50_257],

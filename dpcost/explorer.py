@@ -1,17 +1,30 @@
-"""The interactive explorer: move a control, see DP against DDP in bytes, seconds and memory.
+"""The interactive explorer: move a control, see DataParallel against DDP in bytes, time, memory.
 
-Controls (ipywidgets): model preset or custom parameter count, dtype of parameters and
-gradients, number of GPUs n (1 to 1024, powers of two), interconnect preset, optimizer, global
-batch size and output elements per sample. Views, updated live on every change:
+Controls (ipywidgets): model preset or custom parameter count; precision mode (fp32, mixed,
+bf16: ``dpcost.memory``); attention (eager or sdpa); GPUs n (1 to 1024, powers of two); GPUs
+per node g (8 by default); the link inside a node and the link between nodes; the GPU (A100,
+H100: peak FLOP/s and memory from ``dpcost.presets.GPUS``); the utilisation of its peak; the
+optimizer; the global batch b and the output elements per sample. Views, updated on every change:
 
-1. bytes per step on the busiest link against n: DP 2(n-1)P, DDP 2(n-1)/n P (dpcost.core);
-2. seconds per step on the busiest link, alpha-beta model (dpcost.alpha_beta);
-3. memory per GPU, DP's GPU0 against any DDP rank, stacked by component (dpcost.memory);
-4. a readout line: reduction factor, both volumes and times, the verdict in words.
+1. bytes per step on the busiest link against n: DataParallel's GPU0 on its copy path (a star)
+   and on its NCCL path (pipelined chains), both from ``dataparallel_traffic.dp_path_traffic``,
+   and a DDP rank's ring all-reduce, ``2(n-1)/n G``; DataParallel stops at one node;
+2. the step time at the chosen n, compute plus exposed communication (``dpcost.step_time``):
+   DP's serial sum on each path, DDP's backward overlapped with bucket all-reduces (beyond one
+   node: the two-level all-reduce beside the flat ring);
+3. memory per GPU for DP's GPU0, DDP and ZeRO-1/2/3 against the GPU's capacity
+   (``dpcost.memory``), with a fits / does not fit verdict for each;
+4. a readout table with every number, which path it is for, and the verdict in words.
 
-P = parameters x bytes per element of the dtype. Views are ``Image`` widgets updated from an
-``observe`` callback (no ``interactive``/``Output``), which is what renders reliably in Voila.
-Use it in a notebook as ``Explorer().widget``; tests set ``explorer.controls[name].value``.
+DataParallel is one process on one machine (``torch/nn/parallel/data_parallel.py``: its
+``device_ids`` are that machine's GPUs; PyTorch's DDP tutorial, "Comparison between
+DataParallel and DistributedDataParallel"), so the explorer offers it only for n <= g. It
+scatters the batch with ``torch.chunk``'s sizes and replicates only to
+``device_ids[:len(inputs)]`` (``dp_batch_split``), so a batch smaller than n uses fewer GPUs.
+
+Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback (no
+``interactive``/``Output``), which is what renders reliably in Voila. Use it in a notebook as
+``Explorer().widget``; tests set ``explorer.controls[name].value``.
 """
 
 from __future__ import annotations
@@ -25,31 +38,68 @@ from functools import lru_cache
 
 import ipywidgets as widgets
 
-from dpcost.alpha_beta import ddp_communication_time, dp_communication_time
-from dpcost.core import (
-    communication_reduction_factor,
-    ddp_communication_volume,
-    dp_communication_volume,
+from dpcost.core import check_num_gpus, ddp_communication_volume
+from dpcost.dataparallel_traffic import (
+    ddp_buckets_from_sizes,
+    dp_path_traffic,
+    gpu_busy_bytes,
+    resnet50_counts,
+    resnet50_parameter_bytes,
+    resnet50_ready_order_bytes,
 )
-from dpcost.explorer_views import MemoryView, TimeView, VolumeView, format_seconds
-from dpcost.memory import memory_per_gpu
-from dpcost.presets import DTYPE_BYTES, INTERCONNECTS, MODELS, custom_model
+from dpcost.explorer_views import MemoryView, StepView, VolumeView, format_seconds
+from dpcost.memory import (
+    ATTENTIONS,
+    PRECISION_MODES,
+    TRANSFORMER_SHAPES,
+    activation_bytes_per_sample,
+    fit_verdicts,
+    memory_per_gpu,
+    rank_memory,
+    total_bytes,
+)
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS, ModelPreset, custom_model
+from dpcost.step_time import (
+    communication_hidden,
+    compute_time,
+    ddp_step_time,
+    dp_step_time,
+    flat_ring_multinode_time,
+    hierarchical_allreduce_time,
+    resnet50_training_flops,
+    transformer_training_flops,
+)
 from dpcost.units import format_bytes, parse_size
 
 CUSTOM = "custom"
+MAX_CUSTOM_PARAMETERS = 10**12
 GPU_CHOICES = [2**k for k in range(11)]  # the slider: 1, 2, 4, ..., 1024
+GPUS_PER_NODE_CHOICES = [1, 2, 4, 8, 16]  # DGX A100/H100 and HGX boards: 8 (the default)
 # The curves: every n from 2 to 1024 that a log axis can tell apart, powers of two included.
 CURVE_GPUS = sorted({round(2 ** (k / 16)) for k in range(16, 161)} | set(GPU_CHOICES[1:]))
+PRECISION_CHOICES = ("fp32", "mixed", "bf16")  # dpcost.memory.PRECISION_MODES' training modes
+INTRA_NODE_LINKS = ("NVLink 4 (H100)", "NVLink 3 (A100)", "PCIe 5.0 x16", "PCIe 4.0 x16")
+INTER_NODE_LINKS = ("InfiniBand NDR", "InfiniBand HDR", "100 GbE")
 OPTIMIZERS = [("SGD", "sgd"), ("SGD with momentum", "sgd_momentum"), ("Adam", "adam")]
-DEFAULTS = {"model": "GPT-2 XL", "dtype": "fp32", "gpus": 8, "interconnect": "PCIe 4.0 x16",
-            "optimizer": "adam", "custom": "1.5e9"}
+# The rows of the step view and the readout, in order: which path or algorithm each number is for.
+DP_COPY, DP_NCCL = "DP, copy path", "DP, NCCL path"
+DDP_RING, DDP_TWO_LEVEL, DDP_FLAT = "DDP, ring", "DDP, two-level", "DDP, flat ring"
+STRATEGY_NAMES = {"dp_gpu0": "DP GPU0", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
+                  "zero3": "ZeRO-3"}
+CANNOT_SPAN = "DataParallel cannot span machines"
+DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": "mixed", "attention": "sdpa",
+            "gpus": 8, "gpus_per_node": 8, "intra_link": "NVLink 4 (H100)",
+            "inter_link": "InfiniBand NDR", "gpu": "H100 SXM 80GB", "utilisation": 0.4,
+            "optimizer": "adam"}
 
 
 def parse_parameter_count(text: str) -> int:
     """A parameter count typed by a person: "1.5e9" or "350000000" -> int.
 
     Plain numbers only (parsed with dpcost.units.parse_size): a unit such as "GB" is a size in
-    bytes, not a count, so it is refused. ValueError names the text otherwise.
+    bytes, not a count, so it is refused. ValueError names the text otherwise. At most
+    ``MAX_CUSTOM_PARAMETERS`` (1e12): the time model walks every 25 MiB bucket and 10 MiB chunk,
+    which at 1e12 fp32 parameters (152,589 buckets) already takes seconds per change.
     """
     shown = repr(text if not isinstance(text, str) or len(text) <= 40 else text[:37] + "...")
     if re.search(r"[a-df-zA-DF-Z]", text or ""):
@@ -60,73 +110,370 @@ def parse_parameter_count(text: str) -> int:
         raise ValueError(f"custom parameters {shown} is not a number such as 1.5e9") from None
     if value < 1:
         raise ValueError(f"custom parameters {shown} must be at least 1")
+    if value > MAX_CUSTOM_PARAMETERS:
+        raise ValueError(f"custom parameters {shown} must be at most 1e12 (a trillion)")
     return int(round(value))
 
 
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
+
+
+# --- how DataParallel and DDP split a global batch ----------------------------------------
+
+
+def dp_batch_split(batch_size: int, num_gpus: int) -> list[int]:
+    """Samples per GPU when DataParallel scatters a global batch of b over n GPUs.
+
+    ``scatter_gather.py: scatter`` -> ``_functions.py: Scatter.forward`` -> ``comm.py: scatter``
+    -> ``torch/csrc/cuda/comm.cpp: scatter``, which without ``chunk_sizes`` cuts the batch with
+    ``tensor.chunk(n)``: chunks of ``ceil(b/n)`` samples, the last one smaller, and only as many
+    chunks as that takes, which can be fewer than n (b = 10, n = 8: five chunks of 2).
+    ``data_parallel.py: DataParallel.forward`` then replicates to ``device_ids[:len(inputs)]``:
+    one GPU per chunk, GPU0 first. Returns the chunk sizes (whole samples; their length is the
+    number of GPUs used).
+    """
+    b = _check_int("batch_size", batch_size, 1)
+    n = _check_int("num_gpus", num_gpus, 1)
+    chunk = -(-b // n)
+    return [chunk] * (b // chunk) + ([b % chunk] if b % chunk else [])
+
+
+def ddp_samples_per_rank(batch_size: int, num_gpus: int) -> int:
+    """Samples each DDP rank runs for a global batch b: ``ceil(b/n)``, whole samples.
+
+    Every rank runs its own loader; ``torch/utils/data/distributed.py: DistributedSampler``
+    (``drop_last=False``) gives each rank ``ceil(len/n)`` samples, repeating some to make the
+    total a multiple of n, so when n does not divide b the ranks run n ceil(b/n) samples.
+    """
+    b = _check_int("batch_size", batch_size, 1)
+    n = _check_int("num_gpus", num_gpus, 1)
+    return -(-b // n)
+
+
+# --- the models' tensors, for DDP's buckets and DataParallel's 10 MiB chunks ---------------
+
+
+def _gpt2_counts(vocab, positions, h, layers):
+    # Hugging Face GPT2LMHeadModel: wte, wpe, per block ln_1, attn.c_attn, attn.c_proj, ln_2,
+    # mlp.c_fc, mlp.c_proj (Conv1D weights and biases), ln_f; lm_head is tied to wte.
+    block = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h]
+    return [vocab * h, positions * h] + block * layers + [h, h]
+
+
+def _bert_counts(vocab, positions, h, layers, ffn):
+    # Hugging Face BertModel: embeddings (word, position, token type, LayerNorm), per layer
+    # query, key, value, attention.output.dense, LayerNorm, intermediate.dense, output.dense,
+    # LayerNorm (each weight then bias), pooler.dense.
+    layer = [h * h, h] * 4 + [h, h, h * ffn, ffn, ffn * h, h, h, h]
+    return [vocab * h, positions * h, 2 * h, h, h] + layer * layers + [h * h, h]
+
+
+def _llama_counts(vocab, h, layers, mlp, kv_dim):
+    # Hugging Face LlamaForCausalLM: embed_tokens, per layer q, k, v, o projections (no bias),
+    # gate, up, down, input_layernorm, post_attention_layernorm; norm; untied lm_head.
+    layer = [h * h, h * kv_dim, h * kv_dim, h * h, h * mlp, h * mlp, mlp * h, h, h]
+    return [vocab * h] + layer * layers + [h, vocab * h]
+
+
+# Element counts per parameter tensor in registration order, from the published configs that
+# dpcost.presets.MODELS cites; tests/test_explorer.py checks that each adds up to the preset.
+_PARAMETER_COUNTS = {
+    "BERT-base": lambda: _bert_counts(30_522, 512, 768, 12, 3072),
+    "GPT-2 small": lambda: _gpt2_counts(50_257, 1024, 768, 12),
+    "GPT-2 XL": lambda: _gpt2_counts(50_257, 1024, 1600, 48),
+    "Llama-2 7B": lambda: _llama_counts(32_000, 4096, 32, 11_008, 4096),
+    "Llama-2 13B": lambda: _llama_counts(32_000, 5120, 40, 13_824, 5120),
+    "Llama-2 70B": lambda: _llama_counts(32_000, 8192, 80, 28_672, 1024),  # 8 KV heads x 128
+}
+
+
+def parameter_counts(model: ModelPreset) -> list[int] | None:
+    """Elements of each parameter tensor, in registration order; None for a custom model.
+
+    ResNet-50 from ``dataparallel_traffic.resnet50_parameter_bytes``; the transformers from
+    their Hugging Face configs (``_PARAMETER_COUNTS``). None when ``model`` is not a preset
+    with that exact parameter count.
+    """
+    if model.name == "ResNet-50" and model.parameters == MODELS["ResNet-50"].parameters:
+        return [size for _, size in resnet50_parameter_bytes(dtype_bytes=1)]
+    make = _PARAMETER_COUNTS.get(model.name)
+    if make is None or MODELS[model.name].parameters != model.parameters:
+        return None
+    return make()
+
+
+@lru_cache(maxsize=64)
+def _ddp_buckets(name: str, parameters: int, grad_bytes: int) -> tuple[float, ...]:
+    model = MODELS.get(name)
+    model = model if model is not None and model.parameters == parameters else None
+    if model is not None and name == "ResNet-50":
+        ready = resnet50_ready_order_bytes(dtype_bytes=grad_bytes)
+    elif model is not None and name in _PARAMETER_COUNTS:
+        # autograd delivers gradients in about reverse registration order
+        ready = [c * grad_bytes for c in reversed(_PARAMETER_COUNTS[name]())]
+    else:  # a custom model: a stream of tensors small against the caps (see ddp_buckets)
+        total, first, cap = parameters * grad_bytes, 2**20, 25 * 2**20
+        sizes = [float(min(total, first))]
+        rest = total - sizes[0]
+        sizes += [float(cap)] * int(rest // cap) + ([float(rest % cap)] if rest % cap else [])
+        return tuple(sizes)
+    return tuple(ddp_buckets_from_sizes(ready))
+
+
+def ddp_buckets(model: ModelPreset, precision: str) -> list[float]:
+    """Bytes of DDP's gradient buckets after the rebuild (every iteration but the first).
+
+    ``dataparallel_traffic.ddp_buckets_from_sizes`` (torch's ``_compute_bucket_assignment_by_
+    size``: caps 1 MiB then 25 MiB, tensors never split) over the gradients in ready order at
+    the mode's gradient width. A custom model has no tensor list: it is taken as many tensors
+    small against the caps, i.e. buckets of exactly 1 MiB, then 25 MiB, then the rest.
+    """
+    g = PRECISION_MODES[precision].gradient_bytes
+    return list(_ddp_buckets(model.name, model.parameters, g))
+
+
+# --- compute ---------------------------------------------------------------------------------
+
+
+def training_flops(model: ModelPreset, samples: int) -> float:
+    """FLOPs of forward and backward on ``samples`` samples.
+
+    Transformers: ``6 N T`` with T = samples x the preset's sequence length
+    (``step_time.transformer_training_flops``, Kaplan et al. 2020); ResNet-50:
+    ``step_time.resnet50_training_flops`` (3 x 2 x 4.09e9 per 224 x 224 image); a custom model:
+    6 N per sample, as a network that uses each weight once per sample (an MLP) would.
+    """
+    shape = TRANSFORMER_SHAPES.get(model.name)
+    if shape is not None and MODELS[model.name].parameters == model.parameters:
+        return transformer_training_flops(model.parameters, samples * shape.seq_len)
+    if model.name == "ResNet-50" and MODELS["ResNet-50"].parameters == model.parameters:
+        return resnet50_training_flops(samples)
+    return transformer_training_flops(model.parameters, samples)
+
+
+def peak_flops(gpu, precision: str) -> float:
+    """The GPU's dense peak for the mode's math: bf16 tensor cores for mixed and bf16; plain
+    fp32 for fp32 (PyTorch's matmuls do not use TF32 by default:
+    ``torch.backends.cuda.matmul.allow_tf32`` is False)."""
+    return gpu.peak_flops["fp32" if precision == "fp32" else "bf16"]
+
+
+def _forward_backward(model, samples, gpu, precision, utilisation) -> tuple[float, float]:
+    """(forward, backward) seconds on one GPU: a third and two thirds of ``training_flops``."""
+    seconds = compute_time(training_flops(model, samples), peak_flops(gpu, precision), utilisation)
+    return seconds / 3, 2 * seconds / 3
+
+
+# --- bytes a step moves besides the model ----------------------------------------------------
+
+
+def input_bytes_per_sample(model: ModelPreset, precision: str) -> float:
+    """Bytes of one sample's input, which DataParallel scatters from GPU0: token ids (int64,
+    8 B each) for the transformers, a 3 x 224 x 224 image at the parameters' width for
+    ResNet-50, 0 for a custom model (unknown)."""
+    shape = TRANSFORMER_SHAPES.get(model.name)
+    if shape is not None:
+        return 8.0 * shape.seq_len
+    if model.name == "ResNet-50":
+        return 3 * 224 * 224 * PRECISION_MODES[precision].parameter_bytes
+    return 0.0
+
+
+def buffer_bytes(model: ModelPreset, precision: str) -> float:
+    """Bytes of the buffers DataParallel broadcasts with the parameters: ResNet-50's BatchNorm
+    running statistics (at the parameters' width) and counters (int64); 0 for the others."""
+    if model.name != "ResNet-50":
+        return 0.0
+    counts = resnet50_counts()
+    floats = counts["buffer_elements"] - counts["batchnorm_layers"]
+    return floats * PRECISION_MODES[precision].parameter_bytes + 8.0 * counts["batchnorm_layers"]
+
+
+# --- the scenario -----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=512)
+def _dp_busy_curve(P, B, G, I, O, batch, gpus_per_node, path):  # noqa: E741 (course symbols)
+    """GPU0's busy bytes for n in CURVE_GPUS up to one node (bytes do not depend on chunking)."""
+    out = []
+    for n in CURVE_GPUS:
+        if n > gpus_per_node:
+            out.append(math.nan)
+            continue
+        k = len(dp_batch_split(batch, n))
+        out.append(_dp_busy_bytes(P, B, G, I, O, k, path))
+    return tuple(out)
+
+
+def _dp_busy_bytes(P, B, G, I, O, k, path) -> float:  # noqa: E741 (course symbols)
+    """GPU0's busy bytes on ``path`` with k GPUs (``dataparallel_traffic.gpu_busy_bytes``).
+
+    Bytes do not depend on how the copies are chunked, only messages do, so the traffic is
+    computed with one chunk per tensor kind (fast for 100 GB models)."""
+    if k <= 1:
+        return 0.0
+    one_chunk = max(P, B, G, 1.0)
+    return gpu_busy_bytes(dp_path_traffic(P, B, G, I, O, k, path=path, chunk_bytes=one_chunk), 0)
+
+
 @lru_cache(maxsize=256)
-def _curves(size: float, beta: float, alpha: float) -> tuple[tuple[float, ...], ...]:
-    """DP and DDP bytes and seconds over CURVE_GPUS; cached, as moving n does not change them."""
-    return (tuple(dp_communication_volume(size, k) for k in CURVE_GPUS),
-            tuple(ddp_communication_volume(size, k) for k in CURVE_GPUS),
-            tuple(dp_communication_time(size, k, beta, alpha) for k in CURVE_GPUS),
-            tuple(ddp_communication_time(size, k, beta, alpha) for k in CURVE_GPUS))
+def _ddp_curve(G):
+    return tuple(ddp_communication_volume(G, n) for n in CURVE_GPUS)
 
 
-def scenario(model, dtype: str, num_gpus: int, interconnect, optimizer: str,
-             batch_size: int) -> dict:
+def _memo(function):
+    """``function`` of one bucket size, computed once per distinct size (buckets repeat)."""
+    return lru_cache(maxsize=None)(function)
+
+
+def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
+             gpu, utilisation: float, optimizer: str, batch_size: int,
+             attention: str = "sdpa") -> dict:
     """Every number the explorer shows, for one setting of the controls.
 
-    ``model`` is a dpcost.presets.ModelPreset, ``interconnect`` an InterconnectPreset. Returns
-    bytes and seconds per step: the curves over CURVE_GPUS, the values at ``num_gpus``, the
-    memory dicts of dpcost.memory.memory_per_gpu and the reduction factor.
+    ``model`` a ModelPreset, ``intra_link``/``inter_link`` InterconnectPresets (inside a node,
+    between nodes), ``gpu`` a GPUPreset. Returns a dict: bytes per step on the busiest link
+    (``dp`` per path, ``ddp``), the curves over CURVE_GPUS, the modelled steps (``steps``:
+    row name -> dpcost.step_time.StepTime), whether DDP's communication can hide under its
+    backward (``hidden``), memory per GPU (``memory``: strategy -> components) and the fit
+    verdicts against the GPU's capacity (``fits``). DataParallel's entries are None beyond
+    one node (``dp_available`` False).
     """
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
-    size = model.parameters * DTYPE_BYTES[dtype]  # P in bytes
-    beta, alpha = interconnect.bandwidth_bytes_per_s, interconnect.latency_s
-    n = num_gpus
-    dp_bytes, ddp_bytes, dp_time, ddp_time = _curves(size, beta, alpha)
-    return {
-        "model_size_bytes": size,
-        "num_gpus": n,
-        "curve_gpus": CURVE_GPUS,
-        "dp_bytes_curve": dp_bytes,
-        "ddp_bytes_curve": ddp_bytes,
-        "dp_time_curve": dp_time,
-        "ddp_time_curve": ddp_time,
-        "dp_bytes": dp_communication_volume(size, n),
-        "ddp_bytes": ddp_communication_volume(size, n),
-        "dp_seconds": dp_communication_time(size, n, beta, alpha),
-        "ddp_seconds": ddp_communication_time(size, n, beta, alpha),
-        "ddp_latency_seconds": 2 * (n - 1) * alpha if n > 1 else 0.0,
-        "reduction_factor": communication_reduction_factor(size, n),
-        "memory": memory_per_gpu(model, n, batch_size, optimizer=optimizer, dtype=dtype),
-    }
+    if precision not in PRECISION_CHOICES:
+        raise ValueError(f"precision must be one of {list(PRECISION_CHOICES)}, got {precision!r}")
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {list(ATTENTIONS)}, got {attention!r}")
+    n = check_num_gpus(num_gpus)
+    if n < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {n}")
+    g = _check_int("gpus_per_node", gpus_per_node, 1)
+    if n > g and n % g:
+        raise ValueError(f"num_gpus ({n}) must be a multiple of gpus_per_node ({g}) beyond "
+                         "one node")
+    b = _check_int("batch_size", batch_size, 1)
+    if not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    mode = PRECISION_MODES[precision]
+    N = model.parameters
+    P, G = N * mode.parameter_bytes, N * mode.gradient_bytes
+    B = buffer_bytes(model, precision)
+    in_sample = input_bytes_per_sample(model, precision)
+    out_sample = model.output_elements_per_sample * mode.activation_bytes
+    nodes = max(1, n // g)
+    dp_available = n <= g
+    s = {"model_size_bytes": P, "gradient_bytes": G, "num_gpus": n, "gpus_per_node": g,
+         "nodes": nodes, "batch_size": b, "dp_available": dp_available,
+         "capacity_bytes": gpu.memory_bytes, "curve_gpus": CURVE_GPUS,
+         "dp_copy_curve": _dp_busy_curve(P, B, G, in_sample * b, out_sample * b, b, g, "copy"),
+         "dp_nccl_curve": _dp_busy_curve(P, B, G, in_sample * b, out_sample * b, b, g, "nccl"),
+         "ddp_curve": _ddp_curve(G), "ddp_bytes": ddp_communication_volume(G, n)}
+
+    # DDP: every rank runs ceil(b/n) samples; buckets all-reduced under backward.
+    per_rank = ddp_samples_per_rank(b, n)
+    fwd, bwd = _forward_backward(model, per_rank, gpu, precision, utilisation)
+    buckets = ddp_buckets(model, precision)
+    beta, alpha = intra_link.bandwidth_bytes_per_s, intra_link.latency_s
+    steps = {}
+    if n <= g:
+        steps[DDP_RING] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha)
+    else:
+        links = (beta, alpha, inter_link.bandwidth_bytes_per_s, inter_link.latency_s)
+        two_level = _memo(lambda x: hierarchical_allreduce_time(x, g, nodes, *links)["total"])
+        flat = _memo(lambda x: flat_ring_multinode_time(x, g, nodes, *links))
+        steps[DDP_TWO_LEVEL] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha,
+                                             allreduce_time=two_level)
+        steps[DDP_FLAT] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha, allreduce_time=flat)
+    ddp_name = DDP_RING if n <= g else DDP_TWO_LEVEL
+    s["ddp_per_rank_samples"] = per_rank
+    s["ddp_buckets"] = len(buckets)
+    s["ddp_backward_s"] = bwd
+    s["hidden"] = {name: communication_hidden(bwd, st.communication_s)
+                   for name, st in steps.items()}
+
+    # DataParallel, inside one node only: torch.chunk's split, then one replica per chunk.
+    memory = {}
+    if dp_available:
+        split = dp_batch_split(b, n)
+        k = len(split)
+        fwd0, bwd0 = _forward_backward(model, split[0], gpu, precision, utilisation)
+        counts = parameter_counts(model)
+        sizes = [c * mode.parameter_bytes for c in counts] if counts else None
+        for name, path in ((DP_COPY, "copy"), (DP_NCCL, "nccl")):
+            steps[name] = dp_step_time(fwd0, bwd0, P, G, k, beta, alpha, path=path,
+                                       buffer_bytes=B, input_bytes=in_sample * b,
+                                       output_bytes=out_sample * b, param_sizes=sizes)
+        s["dp_split"] = split
+        s["dp_gpus_used"] = k
+        s["dp_bytes"] = {path: _dp_busy_bytes(P, B, G, in_sample * b, out_sample * b, k, path)
+                         for path in ("copy", "nccl")}
+        gpu0 = dict(memory_per_gpu(model, k, b, optimizer, precision,
+                                   attention=attention)["dp_gpu0"])
+        # GPU0 runs the first (largest) chunk: whole samples, not the smooth b/k.
+        gpu0["activations"] = activation_bytes_per_sample(model, precision, attention) * split[0]
+        memory["dp_gpu0"] = gpu0
+    else:
+        s["dp_split"], s["dp_gpus_used"], s["dp_bytes"] = None, 0, None
+    s["steps"] = steps
+    s["ddp_name"] = ddp_name
+    # A rank's memory with its ceil(b/n) samples: the smooth model at a batch of n ceil(b/n).
+    padded = per_rank * n
+    memory["ddp"] = memory_per_gpu(model, n, padded, optimizer, precision,
+                                   attention=attention)["ddp_rank"]
+    for strategy in ("zero1", "zero2", "zero3"):
+        memory[strategy] = rank_memory(model, n, padded, strategy, optimizer, precision,
+                                       attention=attention)
+    s["memory"] = memory
+    s["fits"] = fit_verdicts(memory, gpu.memory_bytes)
+    return s
 
 
-def verdict(s: dict, interconnect_name: str) -> str:
-    """The scenario's outcome in one sentence."""
-    n = s["num_gpus"]
+def _samples(k: int) -> str:
+    return f"{k} sample{'s' if k != 1 else ''}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3g}x" if b > 0 else "n/a"
+
+
+def verdict(s: dict) -> str:
+    """The scenario's outcome in words: which side wins, on what, and on which path."""
+    n, g = s["num_gpus"], s["gpus_per_node"]
+    steps = s["steps"]
+    ddp = steps[s["ddp_name"]]
     if n <= 1:
-        return "One GPU: nothing to communicate, so DP and DDP cost the same."
-    saved = s["dp_seconds"] - s["ddp_seconds"]
-    text = (f"DDP wins: its busiest link carries {s['reduction_factor']:g}x fewer bytes, "
-            f"saving {format_seconds(saved)} of communication per step over {interconnect_name}")
-    if s["ddp_latency_seconds"] > s["ddp_seconds"] / 2:
-        text += "; DDP's time is mostly latency here (2(n-1) messages per step)"
-    return text + "."
-
-
-def _memory_total(parts: dict) -> float:
-    return float(sum(parts.values()))
+        return "One GPU: nothing to communicate, so DP and DDP take the same time."
+    if not s["dp_available"]:
+        text = (f"{CANNOT_SPAN}: {n} GPUs are {s['nodes']} nodes of {g}, so only DDP runs "
+                f"here, {format_seconds(ddp.total_s)} per step with the two-level all-reduce "
+                f"against {format_seconds(steps[DDP_FLAT].total_s)} with a flat ring")
+        return text + "."
+    nccl, copy = steps[DP_NCCL], steps[DP_COPY]
+    faster = "faster" if ddp.total_s < nccl.total_s else "not faster"
+    nccl_ratio = _ratio(s["dp_bytes"]["nccl"], s["ddp_bytes"])
+    copy_ratio = _ratio(s["dp_bytes"]["copy"], s["ddp_bytes"])
+    return (f"DDP is {faster} than DP on the NCCL path (every Linux CUDA build): "
+            f"{format_seconds(ddp.total_s)} against {format_seconds(nccl.total_s)} per step "
+            f"({_ratio(nccl.total_s, ddp.total_s)}), with "
+            f"{format_seconds(ddp.exposed_communication_s)} of communication exposed against "
+            f"{format_seconds(nccl.exposed_communication_s)}. On that path GPU0's link carries "
+            f"only {nccl_ratio} a DDP rank's bytes, so DDP wins by time (overlap, no broadcast "
+            f"of the parameters each step), not by bytes; the copy path (no NCCL) carries "
+            f"{copy_ratio} and takes "
+            f"{format_seconds(copy.total_s)}.")
 
 
 class Explorer:
     """The widgets, the three views and the readout, wired so that each change redraws once.
 
-    ``controls``: dict name -> widget ("model", "custom", "dtype", "gpus", "interconnect",
-    "optimizer", "batch_size", "outputs"). ``readout``: HTML widget. ``images``: dict view name
-    -> Image widget. ``widget``: the whole layout, to display. ``data()``: what is plotted.
+    ``controls``: dict name -> widget (the keys of ``DEFAULTS`` plus "batch_size" and
+    "outputs"). ``readout``: HTML widget. ``images``: dict view name -> Image widget.
+    ``widget``: the whole layout, to display. ``data()``: what is plotted. ``last``: the
+    scenario on screen.
     """
 
     def __init__(self, **initial):
@@ -136,7 +483,7 @@ class Explorer:
         settings = {**DEFAULTS, **initial}
         preset = MODELS.get(settings["model"])
         description_style = {"description_width": "130px"}
-        wide = widgets.Layout(width="420px")
+        wide = widgets.Layout(width="400px")
 
         def control(cls, description, **kwargs):
             return cls(description=description, style=description_style, layout=wide, **kwargs)
@@ -146,12 +493,22 @@ class Explorer:
                              value=settings["model"]),
             "custom": control(widgets.Text, "custom parameters", value=settings["custom"],
                               placeholder="e.g. 1.5e9", continuous_update=False),
-            "dtype": control(widgets.Dropdown, "dtype", options=list(DTYPE_BYTES),
-                             value=settings["dtype"]),
+            "precision": control(widgets.Dropdown, "precision",
+                                 options=list(PRECISION_CHOICES), value=settings["precision"]),
+            "attention": control(widgets.Dropdown, "attention", options=list(ATTENTIONS),
+                                 value=settings["attention"]),
             "gpus": control(widgets.SelectionSlider, "GPUs, n",
                             options=[(str(n), n) for n in GPU_CHOICES], value=settings["gpus"]),
-            "interconnect": control(widgets.Dropdown, "interconnect",
-                                    options=list(INTERCONNECTS), value=settings["interconnect"]),
+            "gpus_per_node": control(widgets.Dropdown, "GPUs per node",
+                                     options=GPUS_PER_NODE_CHOICES,
+                                     value=settings["gpus_per_node"]),
+            "intra_link": control(widgets.Dropdown, "link in a node",
+                                  options=list(INTRA_NODE_LINKS), value=settings["intra_link"]),
+            "inter_link": control(widgets.Dropdown, "link between nodes",
+                                  options=list(INTER_NODE_LINKS), value=settings["inter_link"]),
+            "gpu": control(widgets.Dropdown, "GPU", options=list(GPUS), value=settings["gpu"]),
+            "utilisation": control(widgets.FloatSlider, "utilisation", min=0.05, max=1.0,
+                                   step=0.05, value=settings["utilisation"], readout_format=".2f"),
             "optimizer": control(widgets.Dropdown, "optimizer", options=OPTIMIZERS,
                                  value=settings["optimizer"]),
             "batch_size": control(widgets.BoundedIntText, "global batch", min=1, max=2**20,
@@ -163,8 +520,7 @@ class Explorer:
         }
         self.readout = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.source = widgets.HTML(layout=widgets.Layout(width="100%"))
-        self.views = {"volume": VolumeView(CURVE_GPUS), "time": TimeView(CURVE_GPUS),
-                      "memory": MemoryView()}
+        self.views = {"volume": VolumeView(CURVE_GPUS), "time": StepView(), "memory": MemoryView()}
         self.images = {name: widgets.Image(format="png") for name in self.views}
         self.last = None  # the scenario on screen (None until the first good update)
         self.error = None  # the message shown when the last change was refused
@@ -172,11 +528,11 @@ class Explorer:
         for widget in self.controls.values():
             widget.observe(self._on_change, names="value")
         self.update()
-        left = widgets.VBox([self.controls[k] for k in ("model", "custom", "dtype", "gpus")])
-        right = widgets.VBox([self.controls[k] for k in ("interconnect", "optimizer",
-                                                         "batch_size", "outputs")])
+        columns = (("model", "custom", "precision", "attention", "gpus"),
+                   ("gpus_per_node", "intra_link", "inter_link", "gpu"),
+                   ("utilisation", "optimizer", "batch_size", "outputs"))
         self.widget = widgets.VBox([
-            widgets.HBox([left, right]),
+            widgets.HBox([widgets.VBox([self.controls[k] for k in column]) for column in columns]),
             self.readout,
             widgets.HBox([self.images["volume"], self.images["time"]]),
             widgets.HBox([self.images["memory"], self.source]),
@@ -217,11 +573,13 @@ class Explorer:
         """Recompute from the controls, move the artists, render the views that changed."""
         c = self.controls
         c["custom"].disabled = c["model"].value != CUSTOM
-        interconnect = INTERCONNECTS[c["interconnect"].value]
+        intra, inter = INTERCONNECTS[c["intra_link"].value], INTERCONNECTS[c["inter_link"].value]
+        gpu = GPUS[c["gpu"].value]
         try:
             model = self.model()
-            s = scenario(model, c["dtype"].value, c["gpus"].value, interconnect,
-                         c["optimizer"].value, c["batch_size"].value)
+            s = scenario(model, c["precision"].value, c["gpus"].value, c["gpus_per_node"].value,
+                         intra, inter, gpu, c["utilisation"].value, c["optimizer"].value,
+                         c["batch_size"].value, c["attention"].value)
         except (TypeError, ValueError) as error:  # bad input: say so, keep the last figures
             self.error = str(error)
             self.readout.value = (f'<div style="color:#c0392b;font-size:15px">'
@@ -230,50 +588,116 @@ class Explorer:
         self.error = None
         self.last = s
         n = s["num_gpus"]
-        self.views["volume"].update(s["curve_gpus"], s["dp_bytes_curve"], s["ddp_bytes_curve"],
-                                    n, s["dp_bytes"], s["ddp_bytes"])
-        self.views["time"].update(s["curve_gpus"], s["dp_time_curve"], s["ddp_time_curve"],
-                                  n, s["dp_seconds"], s["ddp_seconds"])
-        self.views["memory"].update(s["memory"])
+        dp_n = s["dp_bytes"] or {"copy": None, "nccl": None}
+        self.views["volume"].update(s["curve_gpus"], s["dp_copy_curve"], s["dp_nccl_curve"],
+                                    s["ddp_curve"], n, dp_n["copy"], dp_n["nccl"],
+                                    s["ddp_bytes"], s["gpus_per_node"])
+        self.views["time"].update(s["steps"], s["dp_available"], n)
+        self.views["memory"].update(s["memory"], s["capacity_bytes"])
         # A view renders again only when what it draws changed (an optimizer change leaves the
-        # volume and time views alone), and redraws its axes only when their limits changed.
+        # volume view alone), and redraws its axes only when their limits changed.
         keys = {
-            "volume": (s["model_size_bytes"], n),
-            "time": (s["model_size_bytes"], n, interconnect.bandwidth_bytes_per_s,
-                     interconnect.latency_s),
-            "memory": tuple(tuple(v.values()) for v in s["memory"].values()),
+            "volume": (s["dp_copy_curve"], s["dp_nccl_curve"], s["ddp_curve"], n,
+                       s["gpus_per_node"]),
+            "time": tuple((name, st.total_s, st.exposed_communication_s, st.compute_s)
+                          for name, st in s["steps"].items()),
+            "memory": (tuple(tuple(v.values()) for v in s["memory"].values()),
+                       s["capacity_bytes"]),
         }
         for name, view in self.views.items():
             self.images[name].value = view.png(view.background_key(), keys[name])
-        self.readout.value = self._readout_html(model, interconnect, s)
+        self.readout.value = self._readout_html(model, intra, inter, gpu, s)
         self.source.value = (
             f'<div style="font-size:12px;color:#555;padding:8px">'
             f"<b>{html.escape(model.name)}</b>: {model.parameters:,} parameters "
-            f"(source: {html.escape(model.source)})<br><b>{html.escape(interconnect.name)}</b>: "
-            f"{format_bytes(interconnect.bandwidth_bytes_per_s, digits=3)}/s per direction, "
-            f"{format_seconds(interconnect.latency_s)} per message "
-            f"(source: {html.escape(interconnect.source)})</div>")
+            f"(source: {html.escape(model.source)})<br>"
+            f"<b>{html.escape(gpu.name)}</b>: {gpu.memory_bytes / 1e9:g} GB, peak "
+            f"{peak_flops(gpu, c['precision'].value) / 1e12:g} TFLOP/s dense for "
+            f"{c['precision'].value} (source: {html.escape(gpu.source)})<br>"
+            + "".join(f"<b>{html.escape(link.name)}</b>: "
+                      f"{format_bytes(link.bandwidth_bytes_per_s, digits=3)}/s per direction, "
+                      f"{format_seconds(link.latency_s)} per message "
+                      f"(source: {html.escape(link.source)})<br>" for link in (intra, inter))
+            + "<b>All-reduce algorithm</b>: rings are modelled (the two-level one beyond a node); "
+            "NCCL picks ring, tree or NVLS per call from the size and the topology "
+            "(github.com/NVIDIA/nccl/issues/754; dpcost.step_time.NCCL_ALGORITHM_NOTE)</div>")
 
     def readout_text(self) -> str:
-        """The readout line as plain text (tags stripped)."""
-        text = re.sub(r"<[^>]+>", "", self.readout.value.replace("<br>", " "))
+        """The readout as plain text (tags stripped)."""
+        text = re.sub(r"<[^>]+>", " ", self.readout.value.replace("<br>", " "))
         return " ".join(html.unescape(text).split())
 
-    def _readout_html(self, model, interconnect, s: dict) -> str:
-        n = s["num_gpus"]
-        dp_mem = _memory_total(s["memory"]["dp_gpu0"])
-        ddp_mem = _memory_total(s["memory"]["ddp_rank"])
-        mem_ratio = dp_mem / ddp_mem if ddp_mem > 0 else math.nan
-        line = (
-            f"<b>n = {n}</b>, P = {format_bytes(s['model_size_bytes'], digits=3)}: "
-            f"reduction factor <b>{s['reduction_factor']:g}x</b>. "
-            f"Per step on the busiest link: DP {format_bytes(s['dp_bytes'], digits=3)} "
-            f"in {format_seconds(s['dp_seconds'])}, "
-            f"DDP {format_bytes(s['ddp_bytes'], digits=3)} in {format_seconds(s['ddp_seconds'])}. "
-            f"Memory: DP's GPU0 {format_bytes(dp_mem, digits=3)}, a DDP rank "
-            f"{format_bytes(ddp_mem, digits=3)} ({mem_ratio:.3g}x).<br>"
-            f"<b>{html.escape(verdict(s, interconnect.name))}</b>"
-        )
+    def _batch_line(self, s: dict) -> str:
+        """How each side splits the global batch, in whole samples."""
+        n, b = s["num_gpus"], s["batch_size"]
+        per_rank = s["ddp_per_rank_samples"]
+        ddp = f"DDP: {_samples(per_rank)} per rank"
+        if per_rank * n != b:
+            ddp += f" (ceil({b}/{n}): DistributedSampler pads the data to {per_rank * n})"
+        if not s["dp_available"]:
+            return ddp + "."
+        split = s["dp_split"]
+        k, chunk = len(split), split[0]
+        if n == 1:
+            return f"DP and DDP: all {_samples(b)} on the one GPU."
+        dp = f"DP: torch.chunk gives {_samples(chunk)} to each of {split.count(chunk)} GPUs"
+        if split[-1] != chunk:
+            dp += f" and {_samples(split[-1])} to 1"
+        if k < n:
+            dp += (f", so only {k} of the {n} GPUs are used (DataParallel replicates to "
+                   "device_ids[:len(inputs)], data_parallel.py)")
+        return f"{dp}. {ddp}."
+
+    def _readout_html(self, model, intra, inter, gpu, s: dict) -> str:
+        n, g = s["num_gpus"], s["gpus_per_node"]
+        place = (f"one node of {g}" if n <= g else f"{s['nodes']} nodes of {g}, "
+                 f"{html.escape(inter.name)} between nodes")
+        head = (f"<b>n = {n}</b> GPUs ({place}; {html.escape(gpu.name)}, "
+                f"{html.escape(intra.name)} in a node), P = "
+                f"{format_bytes(s['model_size_bytes'], digits=3)} "
+                f"({html.escape(self.controls['precision'].value)}), "
+                f"global batch {s['batch_size']}. "
+                f"{html.escape(self._batch_line(s))}")
+        rows = []
+        steps, ddp_bytes = s["steps"], s["ddp_bytes"]
+        cell = '<td style="padding:1px 10px">'
+        for name, what in ((DP_COPY, "copy"), (DP_NCCL, "nccl")):
+            if not s["dp_available"]:
+                rows.append(f"<tr>{cell}<b>{name}</b></td>"
+                            f'<td colspan="4" style="padding:1px 10px">{CANNOT_SPAN} '
+                            "(one process, device_ids of one machine: data_parallel.py)</td></tr>")
+                continue
+            st = steps[name]
+            busy = s["dp_bytes"][what]
+            rows.append(f"<tr>{cell}<b>{name}</b></td>{cell}GPU0 "
+                        f"{format_bytes(busy, digits=3)} ({_ratio(busy, ddp_bytes)} DDP's)</td>"
+                        f"{cell}{format_seconds(st.total_s)}</td>"
+                        f"{cell}{format_seconds(st.exposed_communication_s)}</td>"
+                        f"{cell}no: phases in series</td></tr>")
+        for name in (DDP_RING, DDP_TWO_LEVEL, DDP_FLAT):
+            if name not in steps:
+                continue
+            st = steps[name]
+            hidden = "yes" if s["hidden"][name] else "no"
+            rows.append(f"<tr>{cell}<b>{name}</b></td>{cell}per rank "
+                        f"{format_bytes(ddp_bytes, digits=3)}</td>"
+                        f"{cell}{format_seconds(st.total_s)}</td>"
+                        f"{cell}{format_seconds(st.exposed_communication_s)}</td>"
+                        f"{cell}{hidden}: backward {format_seconds(s['ddp_backward_s'])}, "
+                        f"{s['ddp_buckets']} all-reduces {format_seconds(st.communication_s)}"
+                        "</td></tr>")
+        header = "".join(f'<th style="padding:1px 10px;text-align:left">{h}</th>' for h in (
+            "per step", "busiest link", "step time", "exposed comm.", "comm. hidden?"))
+        table = f'<table style="font-size:14px">{header}{"".join(rows)}</table>'
+        memory = s["memory"]
+        fit = "; ".join(
+            f"{STRATEGY_NAMES[k]} {format_bytes(total_bytes(memory[k]), digits=3)} "
+            f"{'fits' if s['fits'][k] else 'does not fit'}" for k in memory)
+        if not s["dp_available"]:
+            fit = f"DP GPU0: none ({CANNOT_SPAN}); " + fit
+        mem = (f"Memory per GPU on {html.escape(gpu.name)} "
+               f"({gpu.memory_bytes / 1e9:g} GB): {fit}.")
+        line = f"{head}{table}{mem}<br><b>{html.escape(verdict(s))}</b>"
         return f'<div class="dpcost-readout" style="font-size:15px;line-height:1.5">{line}</div>'
 
     def data(self) -> dict:

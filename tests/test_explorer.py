@@ -1,20 +1,37 @@
 """The explorer without a browser: set each control's .value, check readout and plotted data.
 
-Expected numbers are recomputed here from the formulas (2(n-1)P, 2(n-1)/n P, the alpha-beta
-times, the memory table) and the presets' raw data, never copied from the explorer's output.
+Expected numbers are recomputed here with the model's own functions (dp_path_traffic,
+ddp_step_time, dp_step_time, memory_per_gpu, rank_memory, fits) and the presets' raw data,
+never copied from the explorer's output.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 
 import pytest
 from PIL import Image, ImageChops
 
-from dpcost.explorer import CURVE_GPUS, GPU_CHOICES, Explorer, parse_parameter_count
-from dpcost.explorer_views import TimeView, VolumeView, format_seconds
-from dpcost.presets import INTERCONNECTS, MODELS
+from dpcost import explorer as X
+from dpcost.dataparallel_traffic import (
+    ddp_buckets_from_sizes,
+    dp_path_traffic,
+    gpu_busy_bytes,
+    resnet50_ready_order_bytes,
+)
+from dpcost.explorer import Explorer, parse_parameter_count
+from dpcost.explorer_views import format_seconds
+from dpcost.memory import fits, memory_per_gpu, rank_memory, total_bytes
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS
+from dpcost.step_time import (
+    communication_hidden,
+    ddp_step_time,
+    dp_step_time,
+    flat_ring_multinode_time,
+    hierarchical_allreduce_time,
+)
 from dpcost.units import format_bytes
 
 
@@ -27,133 +44,12 @@ def explorer():
     return Explorer()
 
 
-def test_defaults_readout_and_volume_curve():
-    e = Explorer()  # GPT-2 XL, fp32, 8 GPUs, PCIe 4.0 x16, Adam
-    P = 1_557_611_200 * 4
-    text = e.readout_text()
-    assert text.startswith(f"n = 8, P = {format_bytes(P, digits=3)}: reduction factor 8x.")
-    assert f"DP {format_bytes(14 * P, digits=3)}" in text
-    assert f"DDP {format_bytes(14 / 8 * P, digits=3)}" in text
-    assert "DDP wins" in text and "8x fewer bytes" in text
-    volume = e.data()["volume"]
-    assert volume["gpus"] == [float(n) for n in CURVE_GPUS]
-    for n, dp, ddp in zip(volume["gpus"], volume["dp"], volume["ddp"], strict=True):
-        assert close(dp, 2 * (n - 1) * P) and close(ddp, 2 * (n - 1) / n * P)
-    assert volume["marker_gpus"] == 8 and volume["n_line"] == 8
-    assert close(volume["marker_dp"], 14 * P) and close(volume["marker_ddp"], 1.75 * P)
-
-
-def test_curve_gpus_are_log_spaced_and_hold_every_slider_value():
-    assert GPU_CHOICES == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-    assert CURVE_GPUS[0] == 2 and CURVE_GPUS[-1] == 1024 and CURVE_GPUS == sorted(set(CURVE_GPUS))
-    assert set(GPU_CHOICES[1:]) <= set(CURVE_GPUS)
-    ratios = [b / a for a, b in zip(CURVE_GPUS, CURVE_GPUS[1:], strict=False)]
-    assert max(ratios) <= 1.5  # dense enough on a log axis
-
-
-@pytest.mark.parametrize("n", [1, 2, 64, 1024])
-def test_gpu_slider_moves_markers_times_and_readout(explorer, n):
-    explorer.controls["gpus"].value = n
-    P = MODELS["GPT-2 XL"].parameters * 4
-    link = INTERCONNECTS["PCIe 4.0 x16"]
-    data, text = explorer.data(), explorer.readout_text()
-    assert data["volume"]["n_line"] == n and data["time"]["n_line"] == n
-    if n == 1:
-        assert data["volume"]["marker_gpus"] is None and data["time"]["marker_gpus"] is None
-        assert "One GPU: nothing to communicate" in text
-        assert "DP 0 B in 0 s, DDP 0 B in 0 s" in text
-        return
-    dp_time = 2 * (n - 1) * link.latency_s + 2 * (n - 1) * P / link.bandwidth_bytes_per_s
-    ddp_time = 2 * (n - 1) * link.latency_s + 2 * (n - 1) / n * P / link.bandwidth_bytes_per_s
-    assert data["volume"]["marker_gpus"] == n
-    assert close(data["time"]["marker_dp"], dp_time)
-    assert close(data["time"]["marker_ddp"], ddp_time)
-    assert f"reduction factor {n}x" in text
-    assert f"in {format_seconds(dp_time)}, DDP" in text
-    assert f"in {format_seconds(ddp_time)}." in text
-    assert f"n = {n}: DP / DDP = {n}x" in data["volume"]["note"]
-
-
-def test_model_preset_brings_its_size_batch_and_outputs(explorer):
-    explorer.controls["model"].value = "ResNet-50"
-    assert explorer.controls["batch_size"].value == MODELS["ResNet-50"].default_batch_size
-    assert explorer.controls["outputs"].value == 1000
-    P = 25_557_032 * 4
-    assert f"P = {format_bytes(P, digits=3)}" in explorer.readout_text()
-    volume = explorer.data()["volume"]
-    assert close(volume["marker_dp"], 2 * 7 * P)
-    assert volume["note"] == "n = 8: DP / DDP = 8x"
-    # DP GPU0 holds the whole batch's 256 x 1000 fp32 logits, a DDP rank 1/8 of them.
-    memory = explorer.data()["memory"]
-    assert close(memory["dp_gpu0"]["outputs"], 256 * 1000 * 4)
-    assert close(memory["ddp_rank"]["outputs"], 256 * 1000 * 4 / 8)
-
-
-def test_dtype_halves_every_byte_and_time_curve(explorer):
-    fp32 = explorer.data()
-    explorer.controls["dtype"].value = "bf16"
-    bf16 = explorer.data()
-    for a, b in zip(fp32["volume"]["dp"], bf16["volume"]["dp"], strict=True):
-        assert close(b, a / 2)
-    # Time = latency + bytes / bandwidth: only the bandwidth term halves.
-    link, n = INTERCONNECTS["PCIe 4.0 x16"], 8
-    latency = 2 * (n - 1) * link.latency_s
-    assert close(bf16["time"]["marker_dp"] - latency, (fp32["time"]["marker_dp"] - latency) / 2,
-                 rel=1e-9)
-    assert close(bf16["memory"]["dp_gpu0"]["parameters"], MODELS["GPT-2 XL"].parameters * 2)
-
-
-def test_interconnect_changes_only_the_time_view(explorer):
-    images = {k: w.value for k, w in explorer.images.items()}
-    volume = explorer.data()["volume"]
-    explorer.controls["interconnect"].value = "NVLink 4 (H100)"
-    link, P, n = INTERCONNECTS["NVLink 4 (H100)"], MODELS["GPT-2 XL"].parameters * 4, 8
-    assert close(explorer.data()["time"]["marker_ddp"],
-                 2 * (n - 1) * link.latency_s + 2 * (n - 1) / n * P / link.bandwidth_bytes_per_s)
-    assert explorer.data()["volume"] == volume
-    assert explorer.images["time"].value != images["time"]
-    assert explorer.images["volume"].value == images["volume"]
-    assert explorer.images["memory"].value == images["memory"]
-    assert "over NVLink 4 (H100)" in explorer.readout_text()
-
-
-@pytest.mark.parametrize("optimizer,state", [("sgd", 0), ("sgd_momentum", 4), ("adam", 8)])
-def test_optimizer_sets_the_state_bars(explorer, optimizer, state):
-    explorer.controls["optimizer"].value = optimizer
-    N = MODELS["GPT-2 XL"].parameters
-    memory = explorer.data()["memory"]
-    assert memory["dp_gpu0"]["optimizer state"] == N * state
-    assert memory["ddp_rank"]["optimizer state"] == N * state
-    assert memory["dp_gpu0"]["parameters"] == memory["ddp_rank"]["parameters"] == N * 4
-
-
-def test_batch_and_outputs_drive_the_memory_view_and_its_totals(explorer):
-    explorer.controls["model"].value = "GPT-2 small"
-    with explorer.hold():
-        explorer.controls["batch_size"].value = 32
-        explorer.controls["outputs"].value = 1024 * 50_257
-        explorer.controls["gpus"].value = 4
-    out = 32 * 1024 * 50_257 * 4  # O, the whole batch's fp32 logits
-    memory = explorer.data()["memory"]
-    assert close(memory["dp_gpu0"]["outputs"], out)
-    assert close(memory["dp_gpu0"]["loss and output grads"], 2 * out)
-    assert close(memory["ddp_rank"]["outputs"], out / 4)
-    assert close(memory["ddp_rank"]["loss and output grads"], 2 * out / 4)
-    dp_total, ddp_total = (sum(memory[g].values()) for g in ("dp_gpu0", "ddp_rank"))
-    assert close(dp_total - ddp_total, 3 * out * (1 - 1 / 4), rel=1e-9)
-    text = explorer.readout_text()
-    assert f"DP's GPU0 {format_bytes(dp_total, digits=3)}" in text
-    assert f"a DDP rank {format_bytes(ddp_total, digits=3)}" in text
-    assert memory["ylim"][1] >= 1.12 * dp_total  # the bars and their totals fit
-
-
 def test_custom_model_and_bad_text_shows_an_error_not_a_traceback(explorer):
     explorer.controls["model"].value = "custom"
     assert not explorer.controls["custom"].disabled
     explorer.controls["custom"].value = "2e9"
     assert explorer.error is None
-    assert close(explorer.data()["volume"]["marker_dp"], 2 * 7 * 2e9 * 4)
-    assert "P = 8 GB" in explorer.readout_text()
+    assert "P = 4 GB" in explorer.readout_text()  # mixed: 2 bytes per parameter
     before = explorer.data()
     for bad in ("abc", "1GB", "", "-5", "0.2"):
         explorer.controls["custom"].value = bad
@@ -161,50 +57,23 @@ def test_custom_model_and_bad_text_shows_an_error_not_a_traceback(explorer):
         assert explorer.readout_text().startswith("Cannot update: custom parameters")
         assert explorer.data() == before  # the figures stay as they were
     explorer.controls["custom"].value = "3e9"
-    assert explorer.error is None and "P = 12 GB" in explorer.readout_text()
+    assert explorer.error is None and "P = 6 GB" in explorer.readout_text()
 
 
 def test_parse_parameter_count():
     assert parse_parameter_count("1.5e9") == 1_500_000_000
+    assert parse_parameter_count("1e12") == 10**12
+    with pytest.raises(ValueError, match="at most 1e12"):
+        parse_parameter_count("1.1e12")
     assert parse_parameter_count(" 350000000 ") == 350_000_000
     for bad in ("7B", "1GB", "x", ""):
         with pytest.raises(ValueError, match="custom parameters"):
             parse_parameter_count(bad)
 
 
-def test_verdict_names_latency_when_it_dominates(explorer):
-    # ResNet-50 in bf16 on 1024 GPUs over 100 GbE: 2046 x 10 us of latency against
-    # 2 x 1023/1024 x 51 MB / 12.5 GB/s of bandwidth.
-    with explorer.hold():
-        explorer.controls["model"].value = "ResNet-50"
-        explorer.controls["dtype"].value = "bf16"
-        explorer.controls["interconnect"].value = "100 GbE"
-        explorer.controls["gpus"].value = 1024
-    link, P = INTERCONNECTS["100 GbE"], 25_557_032 * 2
-    assert 2046 * link.latency_s > 2 * 1023 / 1024 * P / link.bandwidth_bytes_per_s
-    assert "mostly latency" in explorer.readout_text()
-    assert explorer.controls["batch_size"].value == 256  # the preset's, even inside hold()
-    explorer.controls["model"].value = "GPT-2 XL"  # 3.1 GB: bandwidth wins again
-    assert "mostly latency" not in explorer.readout_text()
-
-
-def test_every_preset_fits_the_fixed_axes():
-    """The fixed y ranges hold every preset, so switching presets never redraws the axes."""
-    n_max = max(CURVE_GPUS)
-    for model in MODELS.values():
-        for w in (2, 4):
-            P = model.parameters * w
-            assert VolumeView.Y_RANGE[0] <= P <= 2 * (n_max - 1) * P <= VolumeView.Y_RANGE[1]
-            for link in INTERCONNECTS.values():
-                beta, alpha = link.bandwidth_bytes_per_s, link.latency_s
-                fastest = 2 * alpha + P / beta  # DDP on 2 GPUs
-                slowest = 2 * (n_max - 1) * (alpha + P / beta)  # DP on 1024
-                assert TimeView.Y_RANGE[0] <= fastest and slowest <= TimeView.Y_RANGE[1]
-
-
 def test_layered_render_matches_a_full_redraw(explorer):
     """The blitted PNG (cached axes + moved artists) looks like a figure drawn from scratch."""
-    for name, value in (("gpus", 256), ("model", "Llama-2 13B"), ("optimizer", "sgd")):
+    for name, value in (("gpus", 4), ("model", "Llama-2 13B"), ("optimizer", "sgd")):
         explorer.controls[name].value = value
     for name, view in explorer.views.items():
         fast = Image.open(io.BytesIO(explorer.images[name].value)).convert("RGB")
@@ -224,7 +93,7 @@ def test_each_change_redraws_once_and_hold_batches(explorer, monkeypatch):
     assert len(renders) == 2
     with explorer.hold():
         explorer.controls["gpus"].value = 32
-        explorer.controls["dtype"].value = "fp16"
+        explorer.controls["precision"].value = "bf16"
     assert len(renders) == 3
 
 
@@ -239,7 +108,7 @@ def test_format_seconds():
 
 def test_unknown_setting_is_refused():
     with pytest.raises(TypeError, match="unknown explorer setting"):
-        Explorer(gpu=8)
+        Explorer(num_gpu=8)
 
 
 def test_a_huge_custom_count_is_refused_at_once_with_a_short_message():
@@ -252,3 +121,250 @@ def test_a_huge_custom_count_is_refused_at_once_with_a_short_message():
         parse_parameter_count("9" * 100_000 + "!")
     assert time.perf_counter() - start < 0.5
     assert len(str(info.value)) < 120 and "..." in str(info.value)
+
+
+H100, A100 = GPUS["H100 SXM 80GB"], GPUS["A100 SXM 80GB"]
+NVLINK4, NDR = INTERCONNECTS["NVLink 4 (H100)"], INTERCONNECTS["InfiniBand NDR"]
+
+
+def test_defaults_are_a_real_case_gpt2_xl_on_8_h100_in_one_node(explorer):
+    c = explorer.controls
+    assert (c["model"].value, c["gpus"].value, c["gpus_per_node"].value, c["gpu"].value,
+            c["intra_link"].value, c["precision"].value) == (
+        "GPT-2 XL", 8, 8, "H100 SXM 80GB", "NVLink 4 (H100)", "mixed")
+    text = explorer.readout_text()
+    assert text.startswith("n = 8 GPUs (one node of 8; H100 SXM 80GB, NVLink 4 (H100) in a "
+                           f"node), P = {format_bytes(1_557_611_200 * 2, digits=3)} (mixed)")
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS])
+def test_parameter_tensors_add_up_to_each_presets_exact_count(name):
+    counts = X.parameter_counts(MODELS[name])
+    assert sum(counts) == MODELS[name].parameters
+    assert X.parameter_counts(X.custom_model(123)) is None
+
+
+@pytest.mark.parametrize("b,n,split", [
+    (8, 8, [1] * 8), (16, 8, [2] * 8), (10, 8, [2] * 5), (9, 8, [2, 2, 2, 2, 1]),
+    (17, 8, [3, 3, 3, 3, 3, 2]), (3, 8, [1, 1, 1]), (1, 4, [1]), (7, 1, [7])])
+def test_dp_batch_split_is_torch_chunk(b, n, split):
+    torch = pytest.importorskip("torch")
+    assert X.dp_batch_split(b, n) == split
+    # comm.cpp: scatter cuts the batch with tensor.chunk(n): the same sizes.
+    assert [len(c) for c in torch.arange(b).chunk(n)] == split
+
+
+def test_dp_is_refused_beyond_one_node(explorer):
+    explorer.controls["gpus"].value = 64
+    s, text, data = explorer.last, explorer.readout_text(), explorer.data()
+    assert not s["dp_available"] and s["dp_bytes"] is None
+    assert text.count("DataParallel cannot span machines") >= 3  # both paths and the verdict
+    assert "GPU0 " not in text.split("Memory per GPU")[0]  # no DP numbers in the table
+    assert data["volume"]["marker_dp_copy"] is None and data["volume"]["marker_dp_nccl"] is None
+    assert "cannot span machines" in data["volume"]["note"]
+    # the DP curves stop at the node's 8 GPUs
+    for n, copy, nccl in zip(data["volume"]["gpus"], data["volume"]["dp_copy"],
+                             data["volume"]["dp_nccl"], strict=True):
+        assert math.isnan(copy) == math.isnan(nccl) == (n > 8)
+    assert data["time"]["DP, copy path"]["total"] == 0
+    assert "cannot span machines" in data["time"]["DP, copy path"]["label"]
+    assert data["memory"]["dp_gpu0"]["parameters"] == 0
+    assert data["memory"]["labels"][0] == "one node"
+    assert data["memory"]["labels"][1].endswith("✓")  # GPT-2 XL's DDP rank fits on 80 GB
+    # GPUs per node 64: the same 64 GPUs are one machine, and DataParallel runs again.
+    explorer.controls["gpus_per_node"].value = 16
+    assert not explorer.last["dp_available"]
+    with explorer.hold():
+        explorer.controls["gpus"].value = 16
+    assert explorer.last["dp_available"] and "cannot span" not in explorer.readout_text()
+
+
+def test_batch_smaller_than_n_uses_fewer_gpus_and_no_fractional_samples(explorer):
+    with explorer.hold():
+        explorer.controls["batch_size"].value = 10
+        explorer.controls["gpus"].value = 8
+    text = explorer.readout_text()
+    assert "2 samples to each of 5 GPUs, so only 5 of the 8 GPUs are used" in text
+    assert "device_ids[:len(inputs)]" in text
+    assert "DDP: 2 samples per rank (ceil(10/8): DistributedSampler pads the data to 16)" in text
+    assert not re.search(r"\d\.\d+ samples?", text)
+    s = explorer.last
+    assert s["dp_gpus_used"] == 5 and s["dp_split"] == [2] * 5
+    explorer.controls["batch_size"].value = 3
+    assert "1 sample to each of 3 GPUs, so only 3 of the 8 GPUs are used" in \
+        explorer.readout_text()
+    explorer.controls["batch_size"].value = 9
+    assert "2 samples to each of 4 GPUs and 1 sample to 1, so only 5 of the 8" in \
+        explorer.readout_text()
+    # memory uses whole samples: GPU0 runs the first chunk, a DDP rank ceil(b/n)
+    model = MODELS["GPT-2 XL"]
+    gpu0 = memory_per_gpu(model, 5, 9, "adam", "mixed", attention="sdpa")["dp_gpu0"]
+    gpu0["activations"] = memory_per_gpu(model, 1, 2, "adam", "mixed",
+                                         attention="sdpa")["dp_gpu0"]["activations"]
+    assert explorer.last["memory"]["dp_gpu0"] == gpu0
+    assert explorer.last["memory"]["ddp"] == memory_per_gpu(
+        model, 8, 16, "adam", "mixed", attention="sdpa")["ddp_rank"]
+
+
+def _compute(model, samples, gpu, precision, u):
+    flops = 6 * model.parameters * samples * 1024  # GPT-2's 1024 tokens per sample
+    peak = gpu.peak_flops["fp32" if precision == "fp32" else "bf16"]
+    seconds = flops / (peak * u)
+    return seconds / 3, 2 * seconds / 3
+
+
+def test_paths_are_labelled_and_bytes_come_from_the_two_path_model(explorer):
+    text = explorer.readout_text()
+    model, n, b = MODELS["GPT-2 XL"], 8, 8
+    P = G = model.parameters * 2
+    I, O = 8 * 1024 * b, 1024 * 50_257 * 2 * b  # noqa: E741 token ids, bf16 logits
+    copy = gpu_busy_bytes(dp_path_traffic(P, 0, G, I, O, n, path="copy"), 0)
+    nccl = gpu_busy_bytes(dp_path_traffic(P, 0, G, I, O, n, path="nccl"), 0)
+    ddp = 2 * (n - 1) / n * G
+    assert f"DP, copy path GPU0 {format_bytes(copy, digits=3)} ({copy / ddp:.3g}x DDP's)" in text
+    assert f"DP, NCCL path GPU0 {format_bytes(nccl, digits=3)} ({nccl / ddp:.3g}x DDP's)" in text
+    assert f"DDP, ring per rank {format_bytes(ddp, digits=3)}" in text
+    volume = explorer.data()["volume"]
+    assert close(volume["marker_dp_copy"], copy) and close(volume["marker_dp_nccl"], nccl)
+    assert close(volume["marker_ddp"], ddp)
+    # the verdict never claims n-fold fewer bytes on the NCCL path
+    assert "8x fewer bytes" not in text and "fewer bytes" not in text
+    assert "NCCL path (every Linux CUDA build)" in text and "not by bytes" in text
+    # without outputs the NCCL path's ratio is about n/(n-1)
+    explorer.controls["outputs"].value = 1
+    s = explorer.last
+    assert 1.14 <= s["dp_bytes"]["nccl"] / s["ddp_bytes"] <= 1.15
+    assert 7.99 <= s["dp_bytes"]["copy"] / s["ddp_bytes"] <= 8.01
+
+
+def test_step_time_and_exposed_communication_equal_the_models_functions(explorer):
+    with explorer.hold():
+        explorer.controls["utilisation"].value = 0.5
+        explorer.controls["gpu"].value = "A100 SXM 80GB"
+        explorer.controls["intra_link"].value = "NVLink 3 (A100)"
+    model, n, b = MODELS["GPT-2 XL"], 8, 8
+    link = INTERCONNECTS["NVLink 3 (A100)"]
+    fwd, bwd = _compute(model, 1, A100, "mixed", 0.5)
+    ready = [c * 2 for c in reversed(X.parameter_counts(model))]
+    buckets = ddp_buckets_from_sizes(ready)
+    ddp = ddp_step_time(fwd, bwd, buckets, n, link.bandwidth_bytes_per_s, link.latency_s)
+    P = model.parameters * 2
+    sizes = [c * 2 for c in X.parameter_counts(model)]
+    dp = {path: dp_step_time(fwd, bwd, P, P, n, link.bandwidth_bytes_per_s, link.latency_s,
+                             path=path, input_bytes=8 * 1024 * b,
+                             output_bytes=1024 * 50_257 * 2 * b, param_sizes=sizes)
+          for path in ("copy", "nccl")}
+    time = explorer.data()["time"]
+    for row, st in (("DDP, ring", ddp), ("DP, copy path", dp["copy"]),
+                    ("DP, NCCL path", dp["nccl"])):
+        assert close(time[row]["total"], st.total_s, rel=1e-9)
+        assert close(time[row]["exposed"], st.exposed_communication_s, rel=1e-9)
+        assert close(time[row]["communication"], st.communication_s, rel=1e-9)
+    assert dp["nccl"].exposed_communication_s == dp["nccl"].communication_s  # serial
+    text = explorer.readout_text()
+    hidden = communication_hidden(bwd, ddp.communication_s)
+    assert (f"DDP, ring per rank {format_bytes(2 * 7 / 8 * P, digits=3)} "
+            f"{format_seconds(ddp.total_s)} {format_seconds(ddp.exposed_communication_s)} "
+            f"{'yes' if hidden else 'no'}: backward {format_seconds(bwd)}, "
+            f"{len(buckets)} all-reduces {format_seconds(ddp.communication_s)}") in text
+
+
+def test_communication_hidden_flips_with_utilisation_and_link(explorer):
+    # A slow GPU hides the all-reduces; a fast one over PCIe does not.
+    with explorer.hold():
+        explorer.controls["utilisation"].value = 0.05
+        explorer.controls["intra_link"].value = "NVLink 4 (H100)"
+    assert explorer.last["hidden"]["DDP, ring"]
+    with explorer.hold():
+        explorer.controls["utilisation"].value = 1.0
+        explorer.controls["intra_link"].value = "PCIe 4.0 x16"
+    assert not explorer.last["hidden"]["DDP, ring"]
+    assert "no: backward" in explorer.readout_text()
+
+
+def test_multinode_ddp_two_level_beside_the_flat_ring(explorer):
+    with explorer.hold():
+        explorer.controls["gpus"].value = 64
+        explorer.controls["model"].value = "ResNet-50"
+    n, g = 64, 8
+    buckets = ddp_buckets_from_sizes(resnet50_ready_order_bytes(dtype_bytes=2))
+    per_rank = math.ceil(256 / 64)
+    seconds = 3 * 2 * 4_089_184_256 * per_rank / (H100.peak_flops["bf16"] * 0.4)
+    fwd, bwd = seconds / 3, 2 * seconds / 3
+    links = (NVLINK4.bandwidth_bytes_per_s, NVLINK4.latency_s, NDR.bandwidth_bytes_per_s,
+             NDR.latency_s)
+    two = ddp_step_time(fwd, bwd, buckets, n, *links[:2], allreduce_time=lambda x:
+                        hierarchical_allreduce_time(x, g, 8, *links)["total"])
+    flat = ddp_step_time(fwd, bwd, buckets, n, *links[:2], allreduce_time=lambda x:
+                         flat_ring_multinode_time(x, g, 8, *links))
+    time = explorer.data()["time"]
+    assert close(time["DDP, two-level"]["total"], two.total_s, rel=1e-6)
+    assert close(time["DDP, flat ring"]["total"], flat.total_s, rel=1e-6)
+    assert close(time["DDP, two-level"]["exposed"], two.exposed_communication_s, rel=1e-6)
+    text = explorer.readout_text()
+    assert "8 nodes of 8, InfiniBand NDR between nodes" in text
+    assert "DDP, two-level" in text and "DDP, flat ring" in text
+
+
+def test_precision_attention_and_fit_verdicts_follow_memory_py(explorer):
+    with explorer.hold():
+        explorer.controls["model"].value = "Llama-2 7B"
+        explorer.controls["precision"].value = "mixed"
+        explorer.controls["attention"].value = "eager"
+    model, n, b = MODELS["Llama-2 7B"], 8, 8
+    expected = {"ddp": memory_per_gpu(model, n, b, "adam", "mixed",
+                                      attention="eager")["ddp_rank"]}
+    for strategy in ("zero1", "zero2", "zero3"):
+        expected[strategy] = rank_memory(model, n, b, strategy, "adam", "mixed",
+                                         attention="eager")
+    s = explorer.last
+    for k, parts in expected.items():
+        assert s["memory"][k] == parts
+        assert s["fits"][k] == fits(total_bytes(parts), 80e9)
+    # 16 B x 6.7e9 > 80 GB; eager attention's s x s scores at s = 4096 fill even ZeRO-3's GPU
+    assert s["fits"]["ddp"] is False and s["fits"]["zero3"] is False
+    text = explorer.readout_text()
+    assert "Memory per GPU on H100 SXM 80GB (80 GB)" in text
+    assert f"DDP {format_bytes(total_bytes(expected['ddp']), digits=3)} does not fit" in text
+    assert f"ZeRO-3 {format_bytes(total_bytes(expected['zero3']), digits=3)} does not fit" in text
+    memory = explorer.data()["memory"]
+    assert memory["capacity"] == 80e9 == H100.memory_bytes
+    assert memory["ddp"] == {k: float(v) for k, v in expected["ddp"].items()}
+    eager = total_bytes(s["memory"]["ddp"])
+    explorer.controls["attention"].value = "sdpa"
+    assert total_bytes(explorer.last["memory"]["ddp"]) < eager  # no s x s scores kept
+    zero3 = rank_memory(model, n, b, "zero3", "adam", "mixed", attention="sdpa")
+    assert explorer.last["fits"]["zero3"] is True
+    assert f"ZeRO-3 {format_bytes(total_bytes(zero3), digits=3)} fits" in explorer.readout_text()
+    explorer.controls["precision"].value = "bf16"
+    assert explorer.last["memory"]["ddp"]["optimizer state"] == model.parameters * 4
+
+
+def test_bad_input_names_the_parameter():
+    model = MODELS["GPT-2 XL"]
+    good = dict(model=model, precision="mixed", num_gpus=8, gpus_per_node=8,
+                intra_link=NVLINK4, inter_link=NDR, gpu=H100, utilisation=0.4,
+                optimizer="adam", batch_size=8)
+    for key, bad, match in (("precision", "fp8", "precision"), ("num_gpus", 0, "num_gpus"),
+                            ("gpus_per_node", 0, "gpus_per_node"),
+                            ("num_gpus", 12, "multiple of gpus_per_node"),
+                            ("utilisation", 0.0, "utilisation"),
+                            ("utilisation", 1.5, "utilisation"),
+                            ("batch_size", 0, "batch_size"), ("optimizer", "lamb", "optimizer")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            X.scenario(**{**good, key: bad})
+    with pytest.raises(ValueError, match="attention"):
+        X.scenario(**good, attention="flash")
+    with pytest.raises(TypeError, match="batch_size"):
+        X.dp_batch_split(2.5, 8)
+    with pytest.raises(ValueError, match="num_gpus"):
+        X.ddp_samples_per_rank(8, 0)
+
+
+def test_one_gpu_has_nothing_to_communicate(explorer):
+    explorer.controls["gpus"].value = 1
+    text = explorer.readout_text()
+    assert "One GPU: nothing to communicate" in text
+    assert "DP and DDP: all 8 samples on the one GPU" in text
+    time = explorer.data()["time"]
+    assert time["DP, NCCL path"]["exposed"] == time["DDP, ring"]["exposed"] == 0

@@ -2,10 +2,12 @@
 
 Starts JupyterLab on a free local port with isolated config, runtime and settings directories,
 drives Chromium through Playwright, opens a fresh copy of notebooks/05_explorer.ipynb, runs it,
-moves the GPU slider and changes the model, and checks that the readout and the figures changed.
-A screenshot lands in the test's tmp directory, and in $DPCOST_SCREENSHOT_DIR when that is set
-(``DPCOST_SCREENSHOT_DIR=docs pytest tests/test_explorer_browser.py`` refreshes
-docs/explorer.png). The server and the browser are shut down in finalisers, also on failure.
+takes a screenshot of the explorer as the notebook leaves it (Llama-2 7B on 8 H100 in one node),
+moves the GPU slider to 1024 (DataParallel refused: it cannot span machines) and changes the
+model, and checks that the readout and the figures changed. The screenshot lands in the test's
+tmp directory, and in $DPCOST_SCREENSHOT_DIR when that is set (``DPCOST_SCREENSHOT_DIR=docs
+pytest tests/test_explorer_browser.py`` refreshes docs/explorer.png). The server and the browser
+are shut down in finalisers, also on failure.
 """
 
 from __future__ import annotations
@@ -160,20 +162,41 @@ def _image_sources(page) -> list[str]:
     return page.locator(".dpcost-explorer img").evaluate_all("els => els.map(e => e.src)")
 
 
+def _screenshot(page, directory: Path) -> None:
+    """The explorer as the notebook leaves it (Llama-2 7B on 8 H100 in one node), side panels
+    closed so that it fits in the notebook panel; copied to $DPCOST_SCREENSHOT_DIR if set."""
+    page.evaluate("() => { const shell = window.jupyterapp.shell;"
+                  " shell.collapseLeft(); shell.collapseRight(); }")
+    explorer = page.locator(".dpcost-explorer")
+    explorer.scroll_into_view_if_needed()
+    shot = directory / "explorer.png"
+    explorer.screenshot(path=str(shot))
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("DPCOST_SCREENSHOT_DIR"):
+        target = Path(os.environ["DPCOST_SCREENSHOT_DIR"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, target / "explorer.png")
+
+
 def test_explorer_in_jupyterlab_responds_to_slider_and_model(lab, page):
     page.goto(lab["url"])
     page.wait_for_function(KERNEL_READY, timeout=WAIT_MS)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
-    # The last code cell moves the controls to Llama-2 7B, bf16, 64 GPUs and prints the readout.
+    # The last code cell moves the controls to Llama-2 7B, mixed, on 8 H100 in one node.
     page.wait_for_function(
         "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-        ".some(e => e.innerText.includes('reduction factor 64x'))", timeout=WAIT_MS)
+        ".some(e => e.innerText.includes('checked: Llama-2 7B'))", timeout=WAIT_MS)
+    size_7b = format_bytes(MODELS["Llama-2 7B"].parameters * 2, digits=3)
     page.wait_for_function(
-        "() => { const r = document.querySelector('.dpcost-readout');"
-        " return r && r.innerText.includes('n = 64'); }", timeout=WAIT_MS)
+        "([size]) => { const r = document.querySelector('.dpcost-readout');"
+        " return r && r.innerText.includes('n = 8 GPUs') && r.innerText.includes('P = ' + size)"
+        " && r.innerText.includes('ZeRO-3'); }", arg=[size_7b], timeout=WAIT_MS)
     before_text, before_images = _readout(page), _image_sources(page)
     assert len(before_images) == 3 and all(src.startswith("blob:") for src in before_images)
+    assert "DP, NCCL path" in before_text and "DP, copy path" in before_text
+    assert "does not fit" in before_text
+    _screenshot(page, lab["dir"])
 
     # The GPU slider: focus its handle and press End, as a person would, to reach n = 1024.
     slider = page.locator(".dpcost-explorer .widget-slider").first
@@ -185,14 +208,15 @@ def test_explorer_in_jupyterlab_responds_to_slider_and_model(lab, page):
     assert slider.locator(".widget-readout").inner_text().strip() == "1024"
     after_slider_text = _readout(page)
     assert after_slider_text != before_text
-    assert "reduction factor 1024x" in after_slider_text
+    assert "DataParallel cannot span machines" in after_slider_text
+    assert "128 nodes of 8" in after_slider_text and "DDP, two-level" in after_slider_text
     page.wait_for_function(
         "([old]) => { const s = [...document.querySelectorAll('.dpcost-explorer img')]"
         ".map(e => e.src); return s[0] !== old[0] && s[1] !== old[1]; }",
         arg=[before_images], timeout=WAIT_MS)
     after_slider_images = _image_sources(page)
 
-    # The model preset: Llama-2 70B in bf16 has P = 2 bytes x its parameter count.
+    # The model preset: Llama-2 70B in mixed precision has P = 2 bytes x its parameter count.
     model = page.locator(".dpcost-explorer .widget-dropdown select").first
     model.select_option("Llama-2 70B")
     size = format_bytes(MODELS["Llama-2 70B"].parameters * 2, digits=3)
@@ -205,19 +229,6 @@ def test_explorer_in_jupyterlab_responds_to_slider_and_model(lab, page):
         "([old]) => { const s = [...document.querySelectorAll('.dpcost-explorer img')]"
         ".map(e => e.src); return s.every((src, i) => src !== old[i]); }",
         arg=[after_slider_images], timeout=WAIT_MS)
-
-    # The screenshot: side panels closed so that the whole explorer fits in the notebook panel.
-    page.evaluate("() => { const shell = window.jupyterapp.shell;"
-                  " shell.collapseLeft(); shell.collapseRight(); }")
-    explorer = page.locator(".dpcost-explorer")
-    explorer.scroll_into_view_if_needed()
-    shot = lab["dir"] / "explorer.png"
-    explorer.screenshot(path=str(shot))
-    assert shot.stat().st_size > 20_000
-    if os.environ.get("DPCOST_SCREENSHOT_DIR"):
-        target = Path(os.environ["DPCOST_SCREENSHOT_DIR"])
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, target / "explorer.png")
 
 
 @pytest.fixture
@@ -250,7 +261,8 @@ def test_explorer_as_a_voila_page(voila, page):
     page.goto(voila)
     page.wait_for_function(
         "() => { const r = document.querySelector('.dpcost-readout');"
-        " return r && r.innerText.includes('reduction factor 64x'); }", timeout=WAIT_MS)
+        " return r && r.innerText.includes('n = 8 GPUs') && r.innerText.includes('ZeRO-3'); }",
+        timeout=WAIT_MS)
     assert page.locator(".dpcost-explorer img").count() == 3
     page.locator(".dpcost-explorer .noUi-handle").first.click()
     page.keyboard.press("Home")  # n = 1
