@@ -18,8 +18,9 @@ writes. The same comparison catches each migration bug the DDP script can inject
   leaves with ``destroy_process_group`` (``python -m dpcost.migration`` is that entry point).
 - :func:`run_script` runs a script file as a user would and parses its JSON line.
 
-torchrun runs in its own session with a time limit and is killed as a group at the end, so no
-process outlives these functions. Results are plain JSON.
+torchrun runs in its own session with a time limit and is killed as a group at the end; it and
+the ranks of :func:`run_ddp` also get SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), so
+no process outlives these functions, even when the caller is killed. Results are plain JSON.
 """
 
 from __future__ import annotations
@@ -83,6 +84,17 @@ def _train_each(script, cases):
                 for name, argv in cases.items()}
 
 
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """In a child: get SIGKILL when the parent dies (Linux), even if it had no time to clean up."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _kill_group(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -97,7 +109,8 @@ def _run(command: list[str], timeout_s: float) -> str:
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
         OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True, cwd=ROOT, env=env)
+                               text=True, start_new_session=True, cwd=ROOT, env=env,
+                               preexec_fn=_die_with_parent)
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -146,6 +159,22 @@ def run_script(name: str, argv: list[str], nproc: int | None = None, timeout_s: 
         raise MigrationRunError(f"expected one JSON line from {name}, got {len(lines)}:\n"
                                 + output[-3000:])
     return json.loads(lines[0])
+
+
+def script_diff(without_bugs: bool = True, context: int = 0) -> list[str]:
+    """The unified diff from train_dp.py to train_ddp.py, as lines.
+
+    ``without_bugs`` leaves out the DDP script's lines that mention "bug" (the --bug-* flags
+    and the lines marked BUG that inject them): what remains is the migration itself.
+    """
+    import difflib
+
+    dp = (EXAMPLES / "train_dp.py").read_text().splitlines()
+    ddp = (EXAMPLES / "train_ddp.py").read_text().splitlines()
+    if without_bugs:
+        ddp = [line for line in ddp if "bug" not in line.lower()]
+    return list(difflib.unified_diff(dp, ddp, "examples/train_dp.py", "examples/train_ddp.py",
+                                     lineterm="", n=context))
 
 
 def max_param_diff(a: dict, b: dict) -> float:
@@ -280,6 +309,7 @@ def render_rows(rows: list[dict]) -> str:
 
 def _torchrun_main(cases_file: str, out_file: str) -> None:
     """The torchrun entry: every rank runs train_ddp.py's train() once per case."""
+    _die_with_parent()  # torchrun's agent killed -> this rank goes too
     script = load_script("train_ddp")  # imports torch._dynamo before setup() inits the group
     import torch.distributed as dist
 

@@ -4,8 +4,8 @@
 
 The same training as train_dp.py; every change carries a comment (the lesson prints the diff).
 gloo on CPUs, NCCL on GPUs. Rank 0 prints one JSON line: final loss, parameter checksum,
-samples seen per rank. The --bug-* flags put in, one at a time, the common migration mistakes
-that notebooks/09_moving_to_ddp.ipynb shows and tests/test_examples.py detects.
+samples seen per rank.
+The --bug-* flags each inject one common migration mistake (lesson 09, tests/test_examples.py).
 """
 
 import argparse
@@ -39,17 +39,12 @@ def parse_args(argv=None):
     parser.add_argument("--checkpoint", default="", help="save model+optimizer here each epoch")
     parser.add_argument("--resume", action="store_true", help="start from --checkpoint")
     parser.add_argument("--result", default="", help="also write parameters etc. to this JSON")
-    # The common migration mistakes, to see what each does (one at a time).
-    parser.add_argument("--bug-no-sampler", action="store_true",
-                        help="keep the single-process sampler: every rank gets all the data")
-    parser.add_argument("--bug-no-set-epoch", action="store_true",
-                        help="never call sampler.set_epoch: the same order every epoch")
-    parser.add_argument("--bug-summed-loss", action="store_true",
-                        help="sum the loss over the batch instead of averaging it")
-    parser.add_argument("--bug-save-every-rank", action="store_true",
-                        help="every rank writes the checkpoint")
-    parser.add_argument("--bug-no-final-sync", action="store_true",
-                        help="run every micro-batch under no_sync(), the last one too")
+    # The common migration mistakes (--bug-*), to see what each one does:
+    parser.add_argument("--bug-no-sampler", action="store_true", help="all data on every rank")
+    parser.add_argument("--bug-no-set-epoch", action="store_true", help="one order, all epochs")
+    parser.add_argument("--bug-summed-loss", action="store_true", help="sum, not mean, the loss")
+    parser.add_argument("--bug-save-every-rank", action="store_true", help="all ranks write")
+    parser.add_argument("--bug-no-final-sync", action="store_true", help="no_sync() always")
     args = parser.parse_args(argv)
     for name in ("epochs", "dataset_size", "global_batch", "accum"):
         if getattr(args, name) < 1:
@@ -130,27 +125,32 @@ def train(args, device):
         start_epoch = state["epoch"] + 1
 
     dataset = make_dataset(args.dataset_size)
-    if args.bug_no_sampler:
-        sampler = ShuffleEachEpoch(dataset, seed=args.seed)  # BUG: all data on every rank
-    else:  # this rank's 1/world_size of the data (padded or cut to divide evenly)
-        sampler = DistributedSampler(dataset, seed=args.seed, drop_last=args.drop_last)
+    # This rank's 1/world_size of the data (padded or cut to divide evenly), was ShuffleEachEpoch.
+    sampler = DistributedSampler(dataset, seed=args.seed, drop_last=args.drop_last)
+    if args.bug_no_sampler:  # BUG: the one-process sampler gives all the data to every rank
+        sampler = ShuffleEachEpoch(dataset, seed=args.seed)  # BUG
     micro_batch = args.global_batch // (world_size * args.accum)  # per rank: global / n
     loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler,
                         drop_last=args.drop_last)
 
     seen, steps, writes, step_loss = [], 0, 0, torch.zeros((), device=device)
     for epoch in range(start_epoch, args.epochs):
-        if not args.bug_no_set_epoch:
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        if args.bug_no_set_epoch:  # BUG: as if set_epoch were never called
+            sampler.set_epoch(0)  # BUG
         seen.append([])
         for i, (x, y, index) in enumerate(loader):
             x, y = x.to(device), y.to(device)
             last_micro = (i + 1) % args.accum == 0 or i + 1 == len(loader)
             # Accumulate without communicating; all-reduce on the window's last backward.
-            sync = ddp.no_sync() if not last_micro or args.bug_no_final_sync else nullcontext()
+            sync = ddp.no_sync() if not last_micro else nullcontext()
+            if args.bug_no_final_sync:  # BUG: the last micro-batch under no_sync() too
+                sync = ddp.no_sync()  # BUG
             with sync:
-                reduction = "sum" if args.bug_summed_loss else "mean"
-                loss = F.cross_entropy(ddp(x), y, reduction=reduction) / args.accum
+                output = ddp(x)  # was model(x)
+                loss = F.cross_entropy(output, y) / args.accum
+                if args.bug_summed_loss:  # BUG: summed over the batch instead of averaged
+                    loss = F.cross_entropy(output, y, reduction="sum") / args.accum  # BUG
                 loss.backward()  # DDP averages the gradients over the ranks here
             step_loss += loss.detach()
             seen[-1] += index.tolist()
@@ -161,7 +161,10 @@ def train(args, device):
                 dist.all_reduce(step_loss)  # the loss of the global batch: mean over ranks
                 final_loss, step_loss = step_loss.item() / world_size, torch.zeros_like(step_loss)
         if args.checkpoint:
-            if rank == 0 or args.bug_save_every_rank:  # one writer (the bug: all of them)
+            writer = rank == 0  # one writer
+            if args.bug_save_every_rank:  # BUG: every rank writes the same file
+                writer = True  # BUG
+            if writer:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                             "epoch": epoch}, args.checkpoint)  # model, not ddp: no "module."
                 writes += 1

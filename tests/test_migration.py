@@ -126,3 +126,44 @@ def test_each_bug_is_detected_by_the_same_comparison(rows, case, words):
 def test_render_rows(rows):
     text = m.render_rows(list(rows.values()))
     assert "plain" in text and "same as one process" in text and "DIFFERENT" in text
+
+
+def test_script_diff_shows_the_migration_without_the_bug_flags():
+    import ast
+
+    diff = m.script_diff()
+    assert diff[:2] == ["--- examples/train_dp.py", "+++ examples/train_ddp.py"]
+    added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
+    assert not [line for line in added if "bug" in line.lower()]
+    for needed in ("dist.init_process_group(backend)", "torch.cuda.set_device(local_rank)",
+                   "DistributedSampler(dataset", "sampler.set_epoch(epoch)", "ddp.no_sync()",
+                   "dist.barrier()", "dist.destroy_process_group()",
+                   "nn.SyncBatchNorm.convert_sync_batchnorm(model)", "map_location"):
+        assert any(needed in line for line in added), needed
+    # Without its bug lines the DDP script is still valid Python: the migration alone.
+    source = (m.EXAMPLES / "train_ddp.py").read_text().splitlines()
+    ast.parse("\n".join(line for line in source if "bug" not in line.lower()))
+    assert len(m.script_diff(without_bugs=False)) > len(diff)
+
+
+def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
+    """SIGKILL the process that called run_ddp: torchrun and both ranks must go too."""
+    import signal
+    import subprocess
+
+    code = ("from dpcost import migration as m\n"
+            "m.run_ddp({'slow': ['--no-batchnorm', '--epochs', '100000']}, nproc=2)\n")
+    caller = subprocess.Popen([sys.executable, "-c", code], cwd=m.ROOT)
+    deadline = time.monotonic() + 120
+    ranks = []
+    while time.monotonic() < deadline and len(ranks) < 2:
+        time.sleep(0.5)
+        ranks = [p for p in psutil.Process(caller.pid).children(recursive=True)
+                 if "dpcost.migration" in " ".join(p.cmdline()) and "torchrun" not in
+                 " ".join(p.cmdline())]
+    assert len(ranks) == 2, "the ranks did not start"
+    family = psutil.Process(caller.pid).children(recursive=True)
+    caller.send_signal(signal.SIGKILL)
+    caller.wait()
+    gone, alive = psutil.wait_procs(family, timeout=20)
+    assert alive == []
