@@ -95,11 +95,40 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children of children too), read from /proc (Linux)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [c for c, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
 def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """Stop ``process`` and everything under it: torchrun starts each rank in a session of its
+    own (``start_new_session`` in torch/distributed/elastic/multiprocessing/
+    subprocess_handler), so its process group alone does not reach them."""
+    family = _descendants(process.pid)
+    if process.poll() is None:
+        process.terminate()  # torchrun passes SIGTERM on to its ranks and cleans up
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in [process.pid, *family]:
+        try:
+            os.killpg(pid, signal.SIGKILL) if pid == process.pid else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     process.wait()
 
 
@@ -310,6 +339,8 @@ def render_rows(rows: list[dict]) -> str:
 def _torchrun_main(cases_file: str, out_file: str) -> None:
     """The torchrun entry: every rank runs train_ddp.py's train() once per case."""
     _die_with_parent()  # torchrun's agent killed -> this rank goes too
+    if "torchrun" not in Path(f"/proc/{os.getppid()}/cmdline").read_text(errors="replace"):
+        sys.exit("dpcost.migration: started outside torchrun, or torchrun is already gone")
     script = load_script("train_ddp")  # imports torch._dynamo before setup() inits the group
     import torch.distributed as dist
 

@@ -167,3 +167,5 @@ def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     caller.wait()
     gone, alive = psutil.wait_procs(family, timeout=20)
     assert alive == []
+    assert not [p for p in psutil.process_iter(["cmdline"])  # nothing of ours, anywhere
+                if "dpcost.migration" in " ".join(p.info["cmdline"] or [])]
