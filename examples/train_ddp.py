@@ -120,7 +120,7 @@ def train(args, device):
     start_epoch = 0
     if args.resume:  # map_location: onto this rank's device, not the GPU that saved it
         state = torch.load(args.checkpoint, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
+        model.load_state_dict(state["model"])  # the plain model, was model.module
         optimizer.load_state_dict(state["optimizer"])
         start_epoch = state["epoch"] + 1
 
@@ -174,8 +174,8 @@ def train(args, device):
     if args.checkpoint:  # read it back on every rank, each onto its own device
         state = torch.load(args.checkpoint, map_location=device, weights_only=True)
         checkpoint_ok = all(torch.equal(state["model"][k], v)
-                            for k, v in model.state_dict().items())
-    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+                            for k, v in model.state_dict().items())  # was model.module
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])  # was model.module
     gathered = [None] * world_size  # new: collect every rank's view on rank 0
     dist.all_gather_object(gathered, {"checksum": checksum(model), "seen": seen,
                                       "writes": writes, "checkpoint_ok": checkpoint_ok})
