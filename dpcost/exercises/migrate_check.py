@@ -40,6 +40,7 @@ import time
 import traceback
 
 import torch
+import torch._dynamo  # noqa: F401 - imported once here, not in every sandboxed run (see below)
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -296,6 +297,7 @@ def _sandbox_child(fn, setting, timeout, write_fd) -> None:
         torch.set_num_threads(1)
         # Before any rank's init_process_group: DDP's constructor imports torch._dynamo, and
         # imported after init it pins the default group (known PyTorch bug, see DESIGN.md).
+        # Loaded by this module's import already; a fresh import costs each run ~1 s.
         importlib.import_module("torch._dynamo")
         document = {"ok": True, **_run_ranks(fn, setting, timeout)}
     except BaseException as exc:  # noqa: B036
