@@ -58,8 +58,9 @@ def test_make_student_keeps_ids_drops_hidden_only_cells_and_outputs():
     assert "return x + 1" in master.cells[0].source  # the master is left untouched
 
 
-def test_there_are_two_exercises():
-    assert [s.name for _, s in pairs()] == ["ex1_five_functions.ipynb", "ex2_ring_step.ipynb"]
+def test_there_are_three_exercises():
+    assert [s.name for _, s in pairs()] == ["ex1_five_functions.ipynb", "ex2_ring_step.ipynb",
+                                            "ex3_migrate.ipynb"]
 
 
 @pytest.mark.parametrize("master_path, student_path", pairs())

@@ -1,0 +1,548 @@
+"""Exercise 3: migrate a DataParallel training function to DDP; the checker runs it on 2 ranks.
+
+The student gets :func:`train_dp` (one process, ``nn.DataParallel``) and writes
+``train_ddp(dataset, epochs, global_batch, seed, checkpoint)``, called on every rank as a
+torchrun worker would be: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` are set, and the function joins the process group itself (gloo), trains, saves
+the checkpoint, leaves the group and returns the trained model.
+
+``check(train_ddp)`` runs one setting and shows a table, one row per thing a migration must get
+right; ``submit(train_ddp)`` runs two settings and scores them. Each run happens for real:
+
+- a child process is forked (the notebook's function needs no pickling), starts a session of
+  its own (``os.setsid``), runs the reference :func:`train_dp`, then forks 2 ranks that call
+  the student's function; at the end the parent kills the whole session's process group;
+- each rank records which samples it read and in which batches (the dataset counts them), how
+  often it called ``torch.save``, and whether it left the process group initialised;
+- the ranks write their results as JSON files, the child gathers them into one JSON document on
+  a pipe; the parent only ever parses JSON (nothing is unpickled);
+- a rank that raises, dies (exit, signal) or hangs past the time limit is reported by rank, in
+  words; the others are then stopped.
+
+Ranks and child run one torch thread each: forking after torch's intra-op threads have run
+(as they have in a notebook that trained) and then using several threads in the child hangs
+in OpenMP, with one thread it does not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+import torch._dynamo  # noqa: F401 - imported once here, not in every sandboxed run (see below)
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from dpcost.exercises.report import Report, TestResult
+from dpcost.exercises.sandbox import student_function_name
+
+WORLD_SIZE = 2
+DEFAULT_TIMEOUT = 30.0  # seconds for a whole run (reference + 2 ranks); ~2-4 s when right
+GRACE_S = 3.0  # after one rank fails, how long the others get to finish or fail too
+ATOL = 1e-5  # |parameter difference| accepted as equal (float32)
+SETTINGS = {  # name: (dataset size, epochs, global batch, seed)
+    "32 samples, 2 epochs, global batch 8": (32, 2, 8, 0),
+    "48 samples, 3 epochs, global batch 12": (48, 3, 12, 1),
+}
+CHECK_SETTING = "32 samples, 2 epochs, global batch 8"
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_TIMEOUT = [DEFAULT_TIMEOUT]  # the current run's limit, for DPCOST_EX3_DEBUG_DIR's dumps
+
+
+def setting_timeout() -> float:
+    """When a stuck rank dumps its stacks (DPCOST_EX3_DEBUG_DIR): 1 s before the limit."""
+    return max(0.5, _TIMEOUT[0] - 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the student starts from (the notebook shows these).
+
+def make_dataset(size: int = 32):
+    """A generated, seeded 4-class problem: ``size`` samples (x: 8 floats, y: a class)."""
+    g = torch.Generator().manual_seed(4321)
+    x = torch.randn(size, 8, generator=g)
+    y = (x @ torch.randn(8, 4, generator=g)).argmax(dim=1)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def make_model():
+    """The model to train (no BatchNorm, so DDP on CPU can match one process exactly)."""
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+class ShuffleEachEpoch(Sampler):
+    """A new order each epoch, drawn from seed + epoch (the order DistributedSampler uses)."""
+
+    def __init__(self, dataset, seed=0):
+        self.size, self.seed, self.epoch = len(dataset), seed, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.size, generator=g).tolist())
+
+    def __len__(self):
+        return self.size
+
+
+def train_dp(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+    """The DataParallel training to migrate: one process, the whole global batch per step."""
+    torch.manual_seed(seed)
+    model = nn.DataParallel(make_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sampler = ShuffleEachEpoch(dataset, seed)
+    loader = DataLoader(dataset, batch_size=global_batch, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    torch.save(model.module.state_dict(), checkpoint)
+    return model.module
+
+
+# ----------------------------------------------------------------------------------------------
+# Running it.
+
+class RecordingDataset(Dataset):
+    """Wraps a dataset and records every batch of indices a DataLoader fetches from it."""
+
+    def __init__(self, dataset):
+        self.dataset, self.batches = dataset, []
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        self.batches.append([int(index)])
+        return self.dataset[index]
+
+    def __getitems__(self, indices):  # DataLoader's fetcher calls this for a whole batch
+        self.batches.append([int(i) for i in indices])
+        return [self.dataset[i] for i in indices]
+
+
+def _die_with_parent():
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _flat_params(model) -> list[float]:
+    return torch.cat([p.detach().flatten().double() for p in model.parameters()]).tolist()
+
+
+def _counting_save(counter: list):
+    real_save = torch.save
+
+    def save(*args, **kwargs):
+        counter.append(1)
+        return real_save(*args, **kwargs)
+
+    return save
+
+
+def _describe_error(exc: BaseException) -> dict:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f"line {f.lineno} of {f.name}" for f in reversed(frames)
+                  if "dpcost" not in f.filename and "torch" not in f.filename), "")
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str failed>"
+    return {"error_type": type(exc).__name__, "error_message": message[:400], "where": where}
+
+
+def _rank_main(fn, rank, port, setting, folder) -> None:
+    """One rank: torchrun's environment, the student's function, a JSON file with what it did."""
+    _die_with_parent()
+    torch.set_num_threads(1)
+    debug = os.environ.get("DPCOST_EX3_DEBUG_DIR")  # where a stuck rank dumps its stacks
+    if debug:
+        import faulthandler
+
+        stacks = open(os.path.join(debug, f"rank{rank}-{os.getpid()}-stacks.txt"), "w")  # noqa: SIM115
+        faulthandler.dump_traceback_later(setting_timeout(), file=stacks)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    size, epochs, global_batch, seed = setting
+    dataset, saves = RecordingDataset(make_dataset(size)), []
+    torch.save = _counting_save(saves)
+    out = {"rank": rank, "status": "returned"}
+    # Keep the student's locals (DDP, the process group, the loader) alive after the call: their
+    # C++ destructors join gloo's threads, which can block once the other rank has left. We
+    # write the result, then os._exit skips them.
+    kept, code = [], getattr(getattr(fn, "func", fn), "__code__", None)
+
+    def keep_locals(frame, event, arg):
+        if event == "return" and frame.f_code is code:
+            kept.append(dict(frame.f_locals))
+
+    sys.setprofile(keep_locals)
+    try:
+        model = fn(dataset, epochs=epochs, global_batch=global_batch, seed=seed,
+                   checkpoint=os.path.join(folder, "checkpoint.pt"))
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model, out["returned_ddp"] = model.module, True
+        if isinstance(model, nn.Module):
+            out["params"] = _flat_params(model)
+        else:
+            out["returned_type"] = type(model).__name__
+    except BaseException as exc:  # noqa: B036 - SystemExit from the student's code is a result
+        kept.append(exc)  # its traceback holds the frames, and so their locals
+        out.update(status="raised", **_describe_error(exc))
+    finally:
+        sys.setprofile(None)
+    out["batches"], out["saves"] = dataset.batches, len(saves)
+    import torch.distributed as dist
+
+    out["left_initialized"] = dist.is_available() and dist.is_initialized()
+    path = os.path.join(folder, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(path + ".tmp", path)  # complete or absent, never half-written
+    os._exit(0)  # leave without the kernel's atexit handlers (and without gloo's teardown)
+
+
+def _run_ranks(fn, setting, timeout: float) -> dict:
+    """In the sandbox child: the reference, then the ranks; everything as JSON-ready data."""
+    size, epochs, global_batch, seed = setting
+    folder = tempfile.mkdtemp(prefix="dpcost-ex3-")
+    reference_data = RecordingDataset(make_dataset(size))
+    reference = train_dp(reference_data, epochs, global_batch, seed,
+                         os.path.join(folder, "reference.pt"))
+    summary = {"reference": {"params": _flat_params(reference),
+                             "batches": reference_data.batches}, "ranks": {}}
+    port = _free_port()
+    children = {}
+    for rank in range(WORLD_SIZE):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _rank_main(fn, rank, port, setting, folder)
+            finally:
+                os._exit(1)
+        children[pid] = rank
+    deadline, failed_at = time.monotonic() + timeout, None
+    ended = {}
+    while len(ended) < WORLD_SIZE and time.monotonic() < deadline:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
+                break
+            time.sleep(0.02)
+            continue
+        rank = children.get(pid)
+        if rank is None:
+            continue  # something the student forked
+        ended[rank] = os.waitstatus_to_exitcode(status)
+        result = _read_rank(folder, rank)
+        if ended[rank] != 0 or result is None or result["status"] != "returned":
+            failed_at = failed_at or time.monotonic()
+    for pid, rank in children.items():
+        if rank not in ended:
+            os.kill(pid, signal.SIGKILL)
+    for rank in range(WORLD_SIZE):
+        result = _read_rank(folder, rank)
+        if rank not in ended:
+            result = {"rank": rank, "status": "hung",
+                      "after_failure": failed_at is not None, "timeout": timeout}
+        elif result is None:
+            code = ended[rank]
+            how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0 else
+                   f"exited with status {code}")
+            result = {"rank": rank, "status": "died", "detail": how}
+        summary["ranks"][str(rank)] = result
+    shutil.rmtree(folder, ignore_errors=True)
+    return summary
+
+
+def _read_rank(folder, rank):
+    try:
+        with open(os.path.join(folder, f"rank{rank}.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _sandbox_child(fn, setting, timeout, write_fd) -> None:
+    os.setsid()  # a session and process group of our own: the parent kills it whole
+    _die_with_parent()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nothing the ranks print reaches the notebook
+    os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w")
+    try:
+        torch.set_num_threads(1)
+        # Before any rank's init_process_group: DDP's constructor imports torch._dynamo, and
+        # imported after init it pins the default group (known PyTorch bug, see DESIGN.md).
+        # Loaded by this module's import already; a fresh import costs each run ~1 s.
+        importlib.import_module("torch._dynamo")
+        document = {"ok": True, **_run_ranks(fn, setting, timeout)}
+    except BaseException as exc:  # noqa: B036
+        document = {"ok": False, **_describe_error(exc)}
+    data = json.dumps(document).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(write_fd, view):]
+    os.close(write_fd)
+    os._exit(0)
+
+
+def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """Run ``fn`` on 2 gloo ranks in a sandboxed child; what happened, as plain (JSON) data.
+
+    Returns {"ok": True, "reference": {...}, "ranks": {"0": {...}, "1": {...}}} or
+    {"ok": False, "detail": ...} when the child gave no answer in time.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    _TIMEOUT[0] = timeout
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            _sandbox_child(fn, setting, timeout, write_fd)
+        finally:
+            os._exit(1)
+    os.close(write_fd)
+    chunks, deadline = [], time.monotonic() + timeout + 30  # the child's own limit comes first
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the child, its ranks and anything they started
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    try:
+        return json.loads(b"".join(chunks).decode())
+    except ValueError:
+        return {"ok": False, "error_type": "", "error_message": "",
+                "detail": "the checker's child process gave no answer (killed or stuck)"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Judging it.
+
+ASPECTS = [
+    ("runs", "both ranks return a model"),
+    ("split", "each rank trains on its own share of the samples"),
+    ("reshuffle", "a new order every epoch"),
+    ("batch", "each rank's batch is global_batch / world_size"),
+    ("sync", "the ranks end with the same parameters"),
+    ("params", "the parameters of the one-process run"),
+    ("checkpoint", "one rank writes the checkpoint"),
+    ("cleanup", "the process group is destroyed"),
+]
+
+
+def _epochs(batches, epochs):
+    flat = [i for batch in batches for i in batch]
+    if not flat or len(flat) % epochs:
+        return None
+    per = len(flat) // epochs
+    return [flat[e * per:(e + 1) * per] for e in range(epochs)]
+
+
+def judge(data: dict, setting) -> dict[str, str]:
+    """{aspect: "" if right, else why not, in words} for one run's ``data`` (from :func:`run`)."""
+    size, epochs, global_batch, _ = setting
+    n = WORLD_SIZE
+    if not data.get("ok"):
+        why = data.get("detail") or (f"the checker failed: {data.get('error_type')}: "
+                                     f"{data.get('error_message')}")
+        return dict.fromkeys((a for a, _ in ASPECTS), why)
+    ranks = [data["ranks"][str(r)] for r in range(n)]
+    verdict = dict.fromkeys((a for a, _ in ASPECTS), "")
+    problems = []
+    for r in ranks:
+        if r["status"] == "raised" and r["error_type"] == "NotImplementedError":
+            problems.append("not written yet (it still raises NotImplementedError)")
+        elif r["status"] == "raised":
+            where = f" at {r['where']}" if r.get("where") else ""
+            problems.append(f"rank {r['rank']} raised {r['error_type']}: "
+                            f"{r['error_message']}{where}")
+        elif r["status"] == "died":
+            problems.append(f"rank {r['rank']} {r['detail']} before returning")
+        elif r["status"] == "hung":
+            problems.append(
+                f"rank {r['rank']} did not finish within {r['timeout']:g} s" +
+                (" after the other rank failed: it was waiting for it" if r["after_failure"]
+                 else ": it hangs - waiting in a collective another rank never reached "
+                      "(or looping)?"))
+        elif "params" not in r:
+            problems.append(f"rank {r['rank']} returned a {r.get('returned_type')}: return the "
+                            "trained model (an nn.Module; ddp.module is the one to return)")
+    if problems:
+        first = problems[0] if problems[0].startswith("not written") else "; ".join(problems)
+        verdict["runs"] = first
+        for aspect, _ in ASPECTS[1:]:
+            verdict[aspect] = "not checked: the run did not finish"
+        return verdict
+    reference = data["reference"]
+    ref_epochs = _epochs(reference["batches"], epochs)
+    seen = [_epochs(r["batches"], epochs) for r in ranks]
+    if any(s is None for s in seen):
+        counts = [sum(map(len, r["batches"])) for r in ranks]
+        verdict["split"] = (f"the ranks read {counts} samples in {epochs} epochs, not the same "
+                            "number each epoch: iterate over the DataLoader once per epoch")
+    else:
+        first = [set(s[0]) for s in seen]
+        if first[0] == first[1]:
+            verdict["split"] = ("rank 0 and rank 1 saw the same samples: did you use a "
+                                "DistributedSampler?")
+        elif first[0] & first[1] or first[0] | first[1] != set(ref_epochs[0]):
+            verdict["split"] = (f"the ranks' samples overlap or miss some (rank 0: "
+                                f"{len(first[0])}, rank 1: {len(first[1])}, of {size}): give "
+                                "each rank its share with a DistributedSampler")
+        if epochs > 1 and all(e == seen[0][0] for e in seen[0][1:]):
+            verdict["reshuffle"] = ("rank 0 saw its samples in the same order in every epoch: "
+                                    "did you call sampler.set_epoch(epoch) at the start of each "
+                                    "epoch?")
+    sizes = sorted({len(b) for r in ranks for b in r["batches"]})
+    if sizes != [global_batch // n]:
+        verdict["batch"] = (f"each rank's batches held {sizes} samples; a global batch of "
+                            f"{global_batch} on {n} ranks is {global_batch // n} per rank: "
+                            "batch_size=global_batch // world_size")
+    if ranks[0]["params"] != ranks[1]["params"]:
+        verdict["sync"] = ("rank 0 and rank 1 ended with different parameters: the gradients "
+                           "were not averaged - wrap the model in DistributedDataParallel and "
+                           "call the wrapped model in the forward pass")
+    diff = max(abs(a - b) for a, b in zip(ranks[0]["params"], reference["params"], strict=True))
+    if not diff <= ATOL:
+        verdict["params"] = (f"rank 0's parameters differ from the one-process run by up to "
+                             f"{diff:.3g}" + ("" if any(verdict.values()) else
+                                              ": the data is right, so look at the loss (the "
+                                              "mean, as in train_dp) and the optimizer"))
+    writers = [r["rank"] for r in ranks if r["saves"]]
+    if len(writers) != 1:
+        verdict["checkpoint"] = ("no rank saved the checkpoint" if not writers else
+                                 f"the checkpoint was written by ranks {writers}: save on rank "
+                                 "0 only (if dist.get_rank() == 0), then dist.barrier()")
+    left = [r["rank"] for r in ranks if r["left_initialized"]]
+    if left:
+        verdict["cleanup"] = (f"rank(s) {left} left the process group initialized: call "
+                              "dist.destroy_process_group() (in a finally, so errors leave too)")
+    return verdict
+
+
+def _name(fn) -> str:
+    return student_function_name(fn, ("train_ddp",), "check(train_ddp)")
+
+
+def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
+    """Run your ``train_ddp`` once on 2 gloo ranks; one row per thing a migration needs."""
+    name = _name(fn)
+    setting = SETTINGS[CHECK_SETTING]
+    verdict = judge(run(fn, setting, timeout), setting)
+    report = Report(f"check({name}): 2 gloo ranks, {CHECK_SETTING}", "check")
+    for aspect, expected in ASPECTS:
+        reason = verdict[aspect]
+        report.results.append(TestResult(name, aspect, aspect, expected,
+                                         "yes" if not reason else "no", not reason, reason))
+    return report
+
+
+def submit(fn=None, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
+    """Run ``train_ddp`` (or the one defined where you call this) in both settings; a score."""
+    if fn is None:
+        fn = sys._getframe(1).f_globals.get("train_ddp")
+        if not callable(fn):
+            raise ValueError("define train_ddp first, then run submit(train_ddp)")
+    name = _name(fn)
+    report = Report(f"submit: {name} on 2 gloo ranks, {len(SETTINGS)} settings", "submit")
+    for label, setting in SETTINGS.items():
+        verdict = judge(run(fn, setting, timeout), setting)
+        for aspect, expected in ASPECTS:
+            reason = verdict[aspect]
+            report.results.append(TestResult(name, f"{label}: {aspect}", label, expected,
+                                             "yes" if not reason else "no", not reason, reason))
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# Hints, one at a time (the same way as dpcost.exercises.hints, for this exercise).
+
+HINTS = [
+    "torchrun has set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: start with "
+    "`dist.init_process_group(\"gloo\")`, and put everything after it in a try whose finally "
+    "calls `dist.destroy_process_group()`.",
+    "Each rank must read different samples: replace ShuffleEachEpoch with a "
+    "`DistributedSampler(dataset, seed=seed)`, keep calling `set_epoch(epoch)` every epoch, "
+    "and give the DataLoader a batch of global_batch divided by `dist.get_world_size()`.",
+    "Seed as before, build the model, then wrap it: `DistributedDataParallel(model)` (no "
+    "device_ids on CPU). Train through the wrapper - its backward averages the gradients over "
+    "the ranks - and keep the mean loss.",
+    "Only rank 0 saves (`dist.get_rank() == 0`) the unwrapped model's state_dict - the module "
+    "inside the wrapper - then every rank waits at `dist.barrier()`; return that unwrapped "
+    "module.",
+]
+
+
+def hint(k: int) -> None:
+    """Print hint ``k`` (1-based) of this exercise."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int hint number, got {type(k).__name__} {k!r}")
+    if not 1 <= k <= len(HINTS):
+        raise ValueError(f"k must be a hint number from 1 to {len(HINTS)}, got {k}")
+    print(f"Hint {k}/{len(HINTS)} for train_ddp: {HINTS[k - 1]}")
+
+
+def hint_button():
+    """An ipywidgets box: a button that reveals the next hint at each click."""
+    import html
+    import re
+
+    import ipywidgets as widgets
+
+    button = widgets.Button(description=f"Show hint 1 of {len(HINTS)}", icon="lightbulb-o")
+    shown = widgets.HTML(value="")
+    box = widgets.VBox([button, shown])
+    box.revealed = 0
+
+    def reveal(_=None):
+        if box.revealed >= len(HINTS):
+            return
+        box.revealed += 1
+        items = "".join("<li>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+                        + "</li>" for text in HINTS[: box.revealed])
+        shown.value = f"<ol>{items}</ol>"
+        if box.revealed == len(HINTS):
+            button.description, button.disabled = "No more hints", True
+        else:
+            button.description = f"Show hint {box.revealed + 1} of {len(HINTS)}"
+
+    button.on_click(reveal)
+    box.reveal = reveal
+    return box

@@ -1,0 +1,147 @@
+"""Train a small classifier the DataParallel way: one process drives every GPU of the machine.
+
+    python examples/train_dp.py --epochs 3 --global-batch 16
+
+On a machine without GPUs, nn.DataParallel keeps the module and calls it directly (its
+__init__ finds no device type and sets device_ids = []; forward then returns
+self.module(*inputs): torch/nn/parallel/data_parallel.py), so this runs anywhere. train_ddp.py
+is the same training with DistributedDataParallel; every line that changes is commented there.
+Prints one JSON line: final loss, parameter checksum, samples seen per rank (one rank here).
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--dataset-size", type=int, default=96, help="samples in the dataset")
+    parser.add_argument("--global-batch", type=int, default=16,
+                        help="samples per optimizer step (DataParallel splits it over the GPUs)")
+    parser.add_argument("--accum", type=int, default=1,
+                        help="micro-batches accumulated per optimizer step")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-batchnorm", action="store_true", help="a model without BatchNorm")
+    parser.add_argument("--drop-last", action="store_true", help="drop the last partial batch")
+    parser.add_argument("--checkpoint", default="", help="save model+optimizer here each epoch")
+    parser.add_argument("--resume", action="store_true", help="start from --checkpoint")
+    parser.add_argument("--result", default="", help="also write parameters etc. to this JSON")
+    args = parser.parse_args(argv)
+    for name in ("epochs", "dataset_size", "global_batch", "accum"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.global_batch % args.accum:
+        parser.error(f"--global-batch ({args.global_batch}) must divide by --accum "
+                     f"({args.accum})")
+    return args
+
+
+def make_dataset(size):
+    """A generated, seeded 4-class problem: 8 features, labels from a fixed random teacher."""
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(size, 8, generator=g)
+    y = (x @ torch.randn(8, 4, generator=g)).argmax(dim=1)
+    return TensorDataset(x, y, torch.arange(size))  # the index lets us count samples seen
+
+
+def make_model(batchnorm=True):
+    norm = nn.BatchNorm1d(32) if batchnorm else nn.Identity()
+    return nn.Sequential(nn.Linear(8, 32), norm, nn.ReLU(), nn.Linear(32, 4))
+
+
+class ShuffleEachEpoch(Sampler):
+    """A new order each epoch, drawn from seed + epoch (the order DistributedSampler uses)."""
+
+    def __init__(self, dataset, seed=0):
+        self.size, self.seed, self.epoch = len(dataset), seed, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.size, generator=g).tolist())
+
+    def __len__(self):
+        return self.size
+
+
+def checksum(model):
+    """Sum of |parameter| over the whole model, in float64: one number to compare runs."""
+    return sum(p.detach().double().abs().sum().item() for p in model.parameters())
+
+
+def train(args):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(args.seed)
+    model = nn.DataParallel(make_model(not args.no_batchnorm).to(device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    start_epoch = 0
+    if args.resume:
+        state = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        model.module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"] + 1
+
+    dataset = make_dataset(args.dataset_size)
+    sampler = ShuffleEachEpoch(dataset, seed=args.seed)
+    micro_batch = args.global_batch // args.accum
+    loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler,
+                        drop_last=args.drop_last)
+
+    seen, steps, writes, step_loss = [], 0, 0, torch.zeros((), device=device)
+    for epoch in range(start_epoch, args.epochs):
+        sampler.set_epoch(epoch)
+        seen.append([])
+        for i, (x, y, index) in enumerate(loader):
+            x, y = x.to(device), y.to(device)
+            loss = F.cross_entropy(model(x), y) / args.accum
+            loss.backward()
+            step_loss += loss.detach()
+            seen[-1] += index.tolist()
+            if (i + 1) % args.accum == 0 or i + 1 == len(loader):
+                optimizer.step()
+                optimizer.zero_grad()
+                steps += 1
+                final_loss, step_loss = step_loss.item(), torch.zeros((), device=device)
+        if args.checkpoint:
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "epoch": epoch}, args.checkpoint)
+            writes += 1
+
+    checkpoint_ok = None
+    if args.checkpoint:  # read it back: does it hold the model we trained?
+        state = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        checkpoint_ok = all(torch.equal(state["model"][k], v)
+                            for k, v in model.module.state_dict().items())
+    params = torch.cat([p.detach().flatten() for p in model.module.parameters()])
+    return {"script": "train_dp", "world_size": 1, "final_loss": final_loss,
+            "param_checksum": checksum(model), "samples_per_rank": [sum(map(len, seen))],
+            "steps": steps, "checkpoint_writes": writes, "checkpoint_ok": checkpoint_ok,
+            "rank_checksums": [checksum(model)], "sample_ids": [seen],
+            "params": params.cpu().tolist()}
+
+
+SUMMARY = ("script", "world_size", "final_loss", "param_checksum", "samples_per_rank", "steps",
+           "checkpoint_writes", "checkpoint_ok")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    result = train(args)
+    if args.result:
+        with open(args.result, "w") as f:
+            json.dump(result, f)
+    print(json.dumps({k: result[k] for k in SUMMARY}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Exercise 3's checker: a right migration passes, a stub and each mistake fail with the right
+words, exceptions, hangs and dying ranks are reported, results are JSON, nothing is left."""
+
+import json
+import os
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from dpcost.exercises import migrate_check as mc
+from dpcost.exercises.migrate_check import ShuffleEachEpoch, make_model
+
+SETTING = mc.SETTINGS[mc.CHECK_SETTING]
+
+
+def migration(bug=""):
+    """A train_ddp with one mistake put in (none for bug="")."""
+
+    def train_ddp(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+        if bug == "stub":
+            raise NotImplementedError("train_ddp is not written yet")
+        dist.init_process_group("gloo")
+        try:
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            torch.manual_seed(seed)
+            model = make_model()
+            ddp = DDP(model)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            sampler = DistributedSampler(dataset, seed=seed)
+            if bug == "no_sampler":
+                sampler = ShuffleEachEpoch(dataset, seed)
+            batch = global_batch if bug == "global_batch" else global_batch // world_size
+            loader = DataLoader(dataset, batch_size=batch, sampler=sampler)
+            for epoch in range(epochs):
+                if bug != "no_set_epoch":
+                    sampler.set_epoch(epoch)
+                for x, y in loader:
+                    output = model(x) if bug == "no_ddp_forward" else ddp(x)
+                    reduction = "sum" if bug == "summed_loss" else "mean"
+                    loss = F.cross_entropy(output, y, reduction=reduction)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if bug == "dies" and rank == 1:
+                        os._exit(3)
+                    if bug == "killed" and rank == 1:
+                        os.kill(os.getpid(), 9)
+                    if bug == "hangs" and rank == 0:
+                        while True:
+                            time.sleep(0.1)
+            if rank == 0 or bug == "save_every_rank":
+                torch.save(model.state_dict(), checkpoint)
+            dist.barrier()
+            if bug == "raises" and rank == 1:
+                raise KeyError("oops")
+            return ddp if bug == "returns_ddp" else model
+        finally:
+            if bug != "no_destroy":
+                dist.destroy_process_group()
+
+    return train_ddp
+
+
+def verdict(bug, timeout=mc.DEFAULT_TIMEOUT):
+    data = mc.run(migration(bug), SETTING, timeout)
+    json.dumps(data)  # plain data, all of it
+    assert psutil.Process().children(recursive=True) == []  # child and ranks all gone
+    return mc.judge(data, SETTING)
+
+
+def failing(v):
+    return {aspect: why for aspect, why in v.items() if why}
+
+
+@pytest.mark.parametrize("bug", ["", "returns_ddp"])
+def test_a_right_migration_passes_everything(bug):
+    assert failing(verdict(bug)) == {}
+
+
+@pytest.mark.parametrize("bug, aspect, words", [
+    ("stub", "runs", "not written yet (it still raises NotImplementedError)"),
+    ("no_sampler", "split", "rank 0 and rank 1 saw the same samples: did you use a "
+                            "DistributedSampler?"),
+    ("no_set_epoch", "reshuffle", "did you call sampler.set_epoch(epoch)"),
+    ("global_batch", "batch", "each rank's batches held [8] samples; a global batch of 8 on 2 "
+                              "ranks is 4 per rank"),
+    ("no_ddp_forward", "sync", "rank 0 and rank 1 ended with different parameters"),
+    ("summed_loss", "params", "look at the loss"),
+    ("save_every_rank", "checkpoint", "written by ranks [0, 1]: save on rank 0 only"),
+    ("no_destroy", "cleanup", "left the process group initialized"),
+    ("raises", "runs", "rank 1 raised KeyError: 'oops' at line"),
+    ("dies", "runs", "rank 1 exited with status 3 before returning"),
+    ("killed", "runs", "rank 1 was killed by signal SIGKILL before returning"),
+])
+def test_each_mistake_fails_with_its_reason(bug, aspect, words):
+    v = failing(verdict(bug))
+    assert words in v.get(aspect, ""), v
+    if aspect in ("split", "reshuffle", "batch", "sync", "checkpoint", "cleanup"):
+        assert set(v) <= {aspect, "params"}, v  # named for what it is, nothing else
+
+
+def test_a_hanging_rank_is_stopped_and_named():
+    started = time.monotonic()
+    v = failing(verdict("hangs", timeout=4))
+    assert time.monotonic() - started < 30
+    assert "rank 0 did not finish within 4 s" in v["runs"], v
+    assert v["split"] == "not checked: the run did not finish"
+
+
+def test_check_and_submit_reports():
+    report = mc.check(migration())
+    assert report.all_passed and report.total == len(mc.ASPECTS)
+    stub = mc.submit(migration("stub"))
+    assert stub.total == 2 * len(mc.ASPECTS) and stub.passed == 0
+    assert "not written yet" in str(stub)
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_bad_arguments_name_the_problem():
+    with pytest.raises(TypeError, match="pass your function itself"):
+        mc.check(42)
+    with pytest.raises(ValueError, match="dpcost package's own"):
+        mc.check(mc.train_dp)
+
+    def train(dataset, **kwargs):
+        return None
+
+    with pytest.raises(ValueError, match="must be named one of train_ddp"):
+        mc.check(train)
+    with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+        mc.run(migration(), SETTING, timeout=0)
+
+
+def test_hints_one_at_a_time(capsys):
+    mc.hint(2)
+    assert capsys.readouterr().out.startswith("Hint 2/4 for train_ddp: ")
+    with pytest.raises(ValueError, match="k must be a hint number from 1 to 4"):
+        mc.hint(5)
+    box = mc.hint_button()
+    box.reveal()
+    assert box.revealed == 1 and "init_process_group" in box.children[1].value
+    for _ in range(5):
+        box.reveal()
+    assert box.revealed == 4 and box.children[0].disabled
+    for text in mc.HINTS:
+        assert "def " not in text and "\n" not in text and "for x" not in text
