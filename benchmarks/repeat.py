@@ -9,7 +9,7 @@ runs the torchrun command that used to abort at exit (issue 9) as a plain comman
     .venv/bin/python benchmarks/repeat.py --json out.json
     make stress                                           # the same, K = 20
 
-Not part of ``make test``: 20 rounds take about 20 minutes on 2 cores.
+Not part of ``make test``: 20 rounds of everything take over an hour on 2 cores.
 """
 
 from __future__ import annotations
@@ -30,11 +30,17 @@ MULTIPROCESS_TESTS = [
     "tests/test_measure_torchrun.py",
     "tests/test_measure_launch.py",
     "tests/test_measure_cli.py",
+    "tests/test_measure_preflight.py",
     "tests/test_measure_scenarios.py",
+    "tests/test_measure_traffic.py",
+    "tests/test_measure_timeline.py",
+    "tests/test_measure_strategies.py",
     "tests/test_examples.py",
     "tests/test_migration.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
+    "tests/test_explorer_browser.py",
+    "tests/test_make_lab.py",
 ]
 COMMANDS = {  # the issue's reproduction: failed 6 times in 20 before the fix
     "torchrun -m dpcost.measure (2 ranks)": [
