@@ -127,22 +127,23 @@ class GPT2Block(nn.Module):
         self.mlp_proj = nn.Linear(4 * h, h)
         self.mlp_dropout = nn.Dropout(config.dropout)
 
-    def _attend(self, x, causal):
+    def _attend(self, x, future):
         b, s, h = x.shape
         a = self.heads
         q, k, v = self.c_attn(self.ln_1(x)).view(b, s, 3, a, h // a).permute(2, 0, 3, 1, 4)
         if self.attention == "eager":
             # As HF's eager_attention_forward: the s x s scores, masked, softmax, dropout.
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(h // a))
-            scores = scores.masked_fill(~causal, float("-inf"))
+            scores = scores.masked_fill(future, float("-inf"))
             out = self.attn_dropout(torch.softmax(scores, dim=-1)) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                  dropout_p=self.p if self.training else 0.0)
         return self.resid_dropout(self.c_proj(out.transpose(1, 2).reshape(b, s, h)))
 
-    def forward(self, x, causal=None):
-        x = x + self._attend(x, causal)
+    def forward(self, x, future=None):
+        """``future``: the (s, s) bool mask of the positions each query must not see (eager)."""
+        x = x + self._attend(x, future)
         return x + self.mlp_dropout(self.mlp_proj(self.act(self.c_fc(self.ln_2(x)))))
 
 
@@ -178,12 +179,12 @@ class GPT2(nn.Module):
             raise ValueError(f"sequence length {s} exceeds positions {self.config.positions}")
         pos = torch.arange(s, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
-        causal = None
+        future = None
         if any(block.attention == "eager" for block in self.h):
-            # One (s, s) bool mask shared by every layer, as HF builds one per forward.
-            causal = torch.ones(s, s, dtype=torch.bool, device=idx.device).tril()
+            # One (s, s) bool mask shared by every layer (masked_fill saves it for backward).
+            future = torch.ones(s, s, dtype=torch.bool, device=idx.device).triu(1)
         for block in self.h:
-            x = block(x, causal)
+            x = block(x, future)
         return F.linear(self.ln_f(x), self.wte.weight)  # the tied LM head: no extra parameter
 
 
