@@ -1,7 +1,8 @@
 """One DDP training step's peak GPU memory, measured, beside dpcost.memory's prediction.
 
-The one command for a session with a GPU (run in the repository root; about 1-3 minutes, at
-most ``--budget-s`` = 270 s of cases; needs torch with CUDA, nothing else beyond the repo):
+The one command for a session with a GPU (run in the repository root; needs torch with CUDA
+and nothing beyond the repository; ``--budget-s`` (270 s) caps the cases, so one run stays
+under 5 minutes):
 
     PYTHONPATH=. python3 benchmarks/gpu_memory_check.py --json $OUT/gpu_memory.json \\
         --markdown $OUT/gpu_memory.md
@@ -28,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import math
+import shlex
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import torch
@@ -275,22 +278,23 @@ class Case:
     spec: Spec
     precision: str
     attention: str | None  # None for ResNet-50
-    result: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return f"{self.spec.name}/{self.precision}/{self.attention or 'n/a'}"
 
 
-def _attention_context(case: Case, cuda: bool, restrict_sdpa: bool):
-    """On CUDA, "sdpa" may use only the flash and memory-efficient kernels, neither of which
-    stores the s x s scores: the math fallback would, and would measure as eager does."""
-    if cuda and case.attention == "sdpa" and restrict_sdpa:
+def _attention_context(case: Case, restrict_sdpa: bool):
+    """With ``restrict_sdpa`` (on CUDA by default), "sdpa" may use only the flash and
+    memory-efficient kernels, neither of which stores the s x s scores: the math fallback
+    would, and would measure as eager does. Without it, PyTorch chooses (on CPU: its flash
+    kernel has no dropout, so training runs the math kernel)."""
+    if case.attention == "sdpa" and restrict_sdpa:
         return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION])
-    return nullcontext()  # CPU: PyTorch's choice (its flash kernel has no dropout: math)
+    return nullcontext()
 
 
-def run_case(case: Case, device, restrict_sdpa: bool = True) -> dict:
+def run_case(case: Case, device, restrict_sdpa: bool = False) -> dict:
     """One case: build, one warm-up step, one measured step. Returns the readings."""
     spec, precision = case.spec, case.precision
     dtype = DTYPES[precision]
@@ -316,7 +320,7 @@ def run_case(case: Case, device, restrict_sdpa: bool = True) -> dict:
     census = {}
 
     def step(phases: dict | None):
-        with _attention_context(case, mem.cuda, restrict_sdpa):
+        with _attention_context(case, restrict_sdpa):
             logits = ddp(inputs)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         del logits  # as a training loop drops it: log_softmax has saved what backward needs
@@ -365,16 +369,35 @@ def run_case(case: Case, device, restrict_sdpa: bool = True) -> dict:
 # --- the run ----------------------------------------------------------------------------------
 
 
+def _transformers_count(config: GPT2Config):
+    """transformers' GPT2LMHeadModel at the same config, on the meta device, where it is
+    installed (the GPU machine): an independent count. None where it is not installed."""
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    try:
+        from transformers import GPT2Config as HFConfig
+        from transformers import GPT2LMHeadModel
+
+        hf = HFConfig(vocab_size=config.vocab, n_positions=config.positions,
+                      n_embd=config.hidden, n_layer=config.layers, n_head=config.heads)
+        with torch.device("meta"):
+            return count_parameters(GPT2LMHeadModel(hf))  # tied head: counted once
+    except Exception as exc:  # noqa: BLE001  (a cross-check must not stop the run)
+        return _first_line(exc)
+
+
 def parameter_checks() -> list[dict]:
-    """Each full-size model's parameter count, on the meta device, against its preset."""
+    """Each full-size model's parameter count, on the meta device, against its preset (and,
+    for GPT-2, transformers' count where transformers is installed)."""
     rows = []
-    builders = {"ResNet-50": resnet50,
-                **{name: (lambda c=c: GPT2(c)) for name, c in GPT2_CONFIGS.items()}}
-    for name, build in builders.items():
+    builders = {"ResNet-50": (resnet50, None),
+                **{name: (lambda c=c: GPT2(c), c) for name, c in GPT2_CONFIGS.items()}}
+    for name, (build, config) in builders.items():
         with torch.device("meta"):
             counted = count_parameters(build())
         rows.append({"model": name, "counted": counted, "preset": MODELS[name].parameters,
-                     "equal": counted == MODELS[name].parameters, "device": "meta"})
+                     "equal": counted == MODELS[name].parameters, "device": "meta",
+                     "transformers_counted": _transformers_count(config) if config else None})
     return rows
 
 
@@ -392,7 +415,8 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def run(device, tiny: bool, budget_s: float, only: str | None) -> dict:
+def run(device, tiny: bool, budget_s: float, only: str | None,
+        sdpa_restrict: str = "auto") -> dict:
     started = time.perf_counter()
     checks = parameter_checks()
     bad = [c for c in checks if not c["equal"]]
@@ -402,6 +426,7 @@ def run(device, tiny: bool, budget_s: float, only: str | None) -> dict:
     if only:
         cases = [c for c in cases if only.lower() in c.label.lower()]
     cuda = device.type == "cuda"
+    restrict = sdpa_restrict == "always" or (sdpa_restrict == "auto" and cuda)
     rows = []
     for case in cases:
         row = {"model": case.spec.name, "precision": case.precision,
@@ -421,7 +446,7 @@ def run(device, tiny: bool, budget_s: float, only: str | None) -> dict:
         else:
             try:
                 try:
-                    row.update(run_case(case, device), status="ok", message="")
+                    row.update(run_case(case, device, restrict), status="ok", message="")
                 except RuntimeError as exc:
                     if "No available kernel" not in str(exc):
                         raise
@@ -459,7 +484,7 @@ def run(device, tiny: bool, budget_s: float, only: str | None) -> dict:
         rows.append(row)
         print(_row_line(row), flush=True)
     return {
-        "command": " ".join(["python3", *sys.argv]),
+        "command": shlex.join(["python3", *sys.argv]),
         "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -541,6 +566,12 @@ def markdown(report: dict) -> str:
             f"{_gb(m.get('allocated_between_steps_bytes'))} / "
             f"{_gb(row['predicted_resident_bytes'])} | {_ratio(row['resident_ratio'])} | "
             f"{_census_cell(row)} | {status} |")
+    counts = [f"{c['model']} {c['counted']:,} ({'=' if c['equal'] else '!='} the preset"
+              + (f"; transformers: {c['transformers_counted']:,}"
+                 if isinstance(c["transformers_counted"], int) else "") + ")"
+              for c in report["parameter_checks"]]
+    lines += ["", "Parameter counts of the full-size models (meta device): " + ", ".join(counts)
+              + "."]
     lines += ["", "Between steps: parameters + optimizer state (+ master copy) + DDP's bucket "
               "copy, gradients freed; predicted from the same rank_memory components. "
               "Model-state census: the bytes of the parameters, of the gradients after "
@@ -574,6 +605,10 @@ def main(argv=None) -> int:
                         help="skip the remaining cases after this many seconds (default 270)")
     parser.add_argument("--only", metavar="TEXT",
                         help="run only cases whose 'model/precision/attention' contains TEXT")
+    parser.add_argument("--sdpa-restrict", choices=("auto", "always"), default="auto",
+                        help="hold 'sdpa' to the flash and memory-efficient kernels: auto on "
+                        "CUDA only; always also on CPU, where training then falls back (a "
+                        "test of the fallback)")
     args = parser.parse_args(argv)
     if args.budget_s <= 0:
         parser.error(f"--budget-s must be > 0, got {args.budget_s}")
@@ -588,7 +623,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(1)  # a dry run: tiny shapes, and polite on a shared machine
     _init_process_group(device)
     try:
-        report = run(device, args.tiny, args.budget_s, args.only)
+        report = run(device, args.tiny, args.budget_s, args.only, args.sdpa_restrict)
     finally:
         dist.destroy_process_group()
     if args.json:

@@ -73,6 +73,8 @@ def test_full_size_parameter_counts_are_the_presets(dry_run):
     for name, check in checks.items():
         assert check["counted"] == check["preset"] == MODELS[name].parameters
         assert check["equal"] and check["device"] == "meta"
+        # transformers' own count where it is installed (the GPU machine), else None
+        assert check["transformers_counted"] in (None, MODELS[name].parameters)
 
 
 def test_every_precision_and_attention_is_a_case(dry_run):
@@ -181,6 +183,7 @@ def test_markdown_has_a_row_per_case_and_the_caveats(dry_run):
     rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + len(report["cases"])  # the header
     assert "= model" in md and "CUDA context" in md and "cuBLAS" in md
+    assert "GPT-2 XL 1,557,611,200 (= the preset" in md
     assert report["command"] in md
 
 
@@ -193,6 +196,19 @@ def test_budget_skips_every_case_but_still_predicts(tmp_path):
     for case in report["cases"]:
         assert case["status"] == "skipped" and "time budget" in case["message"]
         assert math.isfinite(case["predicted_total_bytes"]) and case["predicted_total_bytes"] > 0
+
+
+def test_sdpa_held_to_fused_kernels_falls_back_and_says_so(tmp_path):
+    # On CUDA "sdpa" may use only the flash and memory-efficient kernels. On this CPU neither
+    # takes dropout, so SDPA refuses ("No available kernel") and the case reruns with PyTorch's
+    # choice, saying so: the path a GPU whose kernels refuse a case takes.
+    proc, out_json, _ = _run(tmp_path, "--sdpa-restrict", "always", "--only",
+                             "GPT-2 small/fp32")
+    assert proc.returncode == 0, proc.stderr
+    cases = {c["attention"]: c for c in json.loads(out_json.read_text())["cases"]}
+    assert cases["sdpa"]["status"] == "ok"
+    assert "SDPA refused (RuntimeError: No available kernel" in cases["sdpa"]["message"]
+    assert cases["eager"]["status"] == "ok" and cases["eager"]["message"] == ""
 
 
 def test_full_size_predictions_are_rank_memory_of_the_presets():
