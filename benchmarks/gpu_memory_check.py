@@ -559,6 +559,7 @@ def markdown(report: dict) -> str:
     for row in report["cases"]:
         m = row.get("measured", {})
         status = row["status"] + (f": {row['message']}" if row["message"] else "")
+        status = status.replace("|", "/")  # an error message must not split the table
         lines.append(
             f"| {row['model']} | {row['precision']} | {row['attention'] or 'n/a'} | "
             f"{row['shape']} | {_gb(m.get('peak_bytes'))} | "
@@ -629,9 +630,15 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+        print(f"wrote {args.json}")
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown(report))
+        print(f"wrote {args.markdown}")
+    counts = {s: sum(r["status"] == s for r in report["cases"]) for s in
+              ("ok", "out of memory", "skipped", "error")}
+    print(f"{len(report['cases'])} cases in {report['seconds']} s: "
+          + ", ".join(f"{n} {s}" for s, n in counts.items()))
     errors = [r for r in report["cases"] if r["status"] == "error"]
     for r in errors:
         print(f"error in {r['model']}/{r['precision']}/{r['attention']}: {r['message']}",
