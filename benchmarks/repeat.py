@@ -41,6 +41,7 @@ MULTIPROCESS_TESTS = [
     "tests/test_exercises_sandbox.py",
     "tests/test_explorer_browser.py",
     "tests/test_make_lab.py",
+    "tests/test_gpu_memory_check.py",
 ]
 COMMANDS = {  # the reproduction: failed 6 times in 20 before the fix
     "torchrun -m dpcost.measure (2 ranks)": [
