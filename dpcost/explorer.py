@@ -24,6 +24,7 @@ scatters the batch with ``torch.chunk``'s sizes and replicates only to
 
 Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback (no
 ``interactive``/``Output``), which is what renders reliably in Voila. Use it in a notebook as
+``Explorer().show()`` (the widget, then a static snapshot for readers without a kernel) or
 ``Explorer().widget``; tests set ``explorer.controls[name].value``.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import html
 import math
 import re
+import textwrap
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import lru_cache
@@ -626,6 +628,32 @@ class Explorer:
         """The readout as plain text (tags stripped)."""
         text = re.sub(r"<[^>]+>", " ", self.readout.value.replace("<br>", " "))
         return " ".join(html.unescape(text).split())
+
+    def readout_lines(self) -> list[str]:
+        """The readout as plain text, one line per sentence block and per table row."""
+        marked = re.sub(r"<br>|<table[^>]*>|</?tr>", "\n", self.readout.value)
+        marked = re.sub(r"</t[hd]>", " | ", marked)
+        lines = (" ".join(html.unescape(re.sub(r"<[^>]+>", " ", line)).split()).rstrip(" |")
+                 for line in marked.split("\n"))
+        return [line for line in lines if line]
+
+    def show(self) -> None:
+        """Display the live explorer, then a static snapshot of what it shows now.
+
+        The widget needs a running kernel; the snapshot (the readout as text, the three views
+        as PNG) stays in the saved notebook, so the website, a notebook viewer without a kernel
+        and a printout still show the explorer at these settings.
+        """
+        from IPython.display import Image, display
+
+        display(self.widget)
+        print("Snapshot at these settings (static: what a reader without a kernel sees;\n"
+              "the live explorer above redraws, this does not):")
+        # Wrapped to fit a page; continuation lines are indented.
+        print("\n".join(textwrap.fill(line, 96, subsequent_indent="    ")
+                        for line in self.readout_lines()))
+        for name in self.views:
+            display(Image(data=self.images[name].value, format="png"))
 
     def _batch_line(self, s: dict) -> str:
         """How each side splits the global batch, in whole samples."""

@@ -368,3 +368,41 @@ def test_one_gpu_has_nothing_to_communicate(explorer):
     assert "DP and DDP: all 8 samples on the one GPU" in text
     time = explorer.data()["time"]
     assert time["DP, NCCL path"]["exposed"] == time["DDP, ring"]["exposed"] == 0
+
+
+def test_readout_lines_keep_every_number_of_the_readout_one_table_row_per_line(explorer):
+    lines = explorer.readout_lines()
+    header = "per step | busiest link | step time | exposed comm. | comm. hidden?"
+    assert lines[1] == header
+    rows = [line for line in lines if line.startswith(("DP, ", "DDP, "))]
+    assert [row.split(" | ")[0] for row in rows] == [X.DP_COPY, X.DP_NCCL, X.DDP_RING]
+    assert all(len(row.split(" | ")) == 5 for row in rows)
+    # Nothing is lost against the one-line text form the notebook's checks read.
+    assert " ".join(" ".join(lines).replace(" | ", " ").split()) == \
+        " ".join(explorer.readout_text().split())
+    explorer.controls["gpus"].value = 64
+    assert any(X.CANNOT_SPAN in line for line in explorer.readout_lines())
+
+
+def test_the_committed_notebook_keeps_a_static_snapshot_of_the_opening_explorer():
+    """Lesson 05's widget cell leaves text and PNGs equal to a fresh explorer's (no kernel)."""
+    import base64
+    import json
+    from pathlib import Path
+
+    notebook = json.loads((Path(__file__).resolve().parents[1] / "notebooks" /
+                           "05_explorer.ipynb").read_text())
+    cell = next(c for c in notebook["cells"] if "".join(c["source"]).endswith("explorer.show()"))
+    outputs = cell["outputs"]
+    assert "application/vnd.jupyter.widget-view+json" in outputs[0]["data"]
+    text = "".join("".join(o["text"]) for o in outputs if o["output_type"] == "stream")
+    fresh = Explorer()
+    lines = text.replace("\n    ", " ").splitlines()  # undo the wrapping
+    assert lines[2:] == fresh.readout_lines() and max(map(len, text.splitlines())) <= 96
+    pngs = [base64.b64decode(o["data"]["image/png"]) for o in outputs if "image/png" in
+            o.get("data", {})]
+    for png, name in zip(pngs, fresh.views, strict=True):
+        expected = Image.open(io.BytesIO(fresh.images[name].value)).convert("RGB")
+        saved = Image.open(io.BytesIO(png)).convert("RGB")
+        assert saved.size == expected.size and ImageChops.difference(saved, expected).getbbox() \
+            is None, f"the {name} snapshot differs from a fresh explorer's figure"

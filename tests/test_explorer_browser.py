@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,30 +24,19 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from browser_support import CHROMIUM, NO_CHROMIUM, free_port, local_page, stop
 
 from dpcost.presets import MODELS
 from dpcost.units import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "05_explorer.ipynb"
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists()
-                                         else None)
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 WAIT_MS = 60_000  # generous: the machine may be busy; every wait is on a condition
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium at /usr/bin/chromium or on PATH "
-                       "(install it with `make browser`, i.e. apt-get install -y chromium)"),
+    pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM),
     pytest.mark.timeout(180),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_until_served(process, url, server, log_path, timeout_s=60):
@@ -65,20 +52,6 @@ def _wait_until_served(process, url, server, log_path, timeout_s=60):
             if time.monotonic() > deadline:
                 pytest.fail(f"{server} did not answer {url.split('?')[0]} within {timeout_s} s")
             time.sleep(0.2)
-
-
-def _stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
-    """SIGTERM the process group, then SIGKILL it if it has not gone within ``timeout``."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=timeout)
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture
@@ -105,7 +78,7 @@ def lab(tmp_path):
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "MPLBACKEND": "Agg"}
-    port, token = _free_port(), uuid.uuid4().hex
+    port, token = free_port(), uuid.uuid4().hex
     log = (tmp_path / "lab.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
@@ -120,26 +93,15 @@ def lab(tmp_path):
                            tmp_path / "lab.log")
         yield {"url": f"{base}/lab/tree/{NOTEBOOK.name}?token={token}&reset", "dir": tmp_path}
     finally:
-        _stop(process)
+        stop(process)
         log.close()
 
 
 @pytest.fixture
-def page(tmp_path):
+def page():
     """A Chromium page that may only reach 127.0.0.1."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1500, "height": 1500})
-            context.route("**/*", lambda route: route.continue_()
-                          if route.request.url.startswith("http://127.0.0.1") else route.abort())
-            page = context.new_page()
-            page.set_default_timeout(WAIT_MS)
-            yield page
-        finally:
-            browser.close()
+    with local_page(timeout_ms=WAIT_MS) as (page, _blocked):
+        yield page
 
 
 # True once the notebook's own kernel session exists, is connected and idle: the page's idle
@@ -239,7 +201,7 @@ def voila(tmp_path):
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "voila-runtime"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "MPLBACKEND": "Agg"}
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "voila.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "voila", str(NOTEBOOK), "--no-browser", f"--port={port}",
@@ -252,7 +214,7 @@ def voila(tmp_path):
                            tmp_path / "voila.log")
         yield base + "/"
     finally:
-        _stop(process)
+        stop(process)
         log.close()
 
 
