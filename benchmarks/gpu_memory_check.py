@@ -37,7 +37,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
@@ -485,7 +485,7 @@ def run(device, tiny: bool, budget_s: float, only: str | None,
         print(_row_line(row), flush=True)
     return {
         "command": shlex.join(["python3", *sys.argv]),
-        "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "device": (f"cuda:{device.index} ({torch.cuda.get_device_name(device)}, "

@@ -42,6 +42,7 @@ MULTIPROCESS_TESTS = [
     "tests/test_explorer_browser.py",
     "tests/test_make_lab.py",
     "tests/test_gpu_memory_check.py",
+    "tests/test_package.py",
 ]
 COMMANDS = {  # the reproduction: failed 6 times in 20 before the fix
     "torchrun -m dpcost.measure (2 ranks)": [

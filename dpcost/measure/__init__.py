@@ -8,9 +8,21 @@ sockets and returns the report (see ``report.build_report``). The command line i
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 
-from dpcost.measure import preflight
+# torch is the optional extra: say so once, here, for `import dpcost.measure` and any submodule.
+# find_spec looks torch up without importing it (the launcher must not import it).
+if importlib.util.find_spec("torch") is None:
+    _NO_TORCH = ("dpcost.measure needs PyTorch: pip install 'dpcost[measure]' "
+                 "(from a clone: pip install -e '.[measure]')")
+    if sys.argv[:1] == ["-m"]:  # runpy importing us for `python -m dpcost.measure`: one line
+        print(f"python -m dpcost.measure: error: {_NO_TORCH}", file=sys.stderr)
+        raise SystemExit(2)
+    raise ImportError(_NO_TORCH, name="torch")
+
+from dpcost.measure import preflight  # noqa: E402 - after the check, which names the extra
 from dpcost.measure.launch import MeasureError
 from dpcost.measure.report import build_report, render_table
 from dpcost.measure.shape import model_shape, param_bytes_of
