@@ -93,3 +93,23 @@ def test_stubs_report_failures_solutions_pass(master_path, student_path):
     master = _run_cells(nbformat.read(master_path, as_version=4))  # hidden tests assert
     assert master["report"].all_passed
     assert master["report"].total == student["report"].total
+
+
+def test_grade_cells_stay_and_cells_lock_as_nbgrader_locks_them():
+    def grader(kind):
+        return {"grade": kind == "grade", "solution": kind == "solution",
+                "locked": kind != "solution", "grade_id": kind, "schema_version": 3,
+                **({"points": 1} if kind == "grade" else {})}
+
+    cells = [nbformat.v4.new_markdown_cell("Task."), nbformat.v4.new_code_cell(MASTER),
+             nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nassert f(1) == 2\n"
+                                       "### END HIDDEN TESTS")]
+    for cell, kind in zip(cells, ["readonly", "solution", "grade"], strict=True):
+        cell.metadata["nbgrader"] = grader(kind)
+    student = make_student(nbformat.v4.new_notebook(cells=cells))
+    task, solution, grade = student.cells  # nbgrader keeps a grade cell emptied of hidden tests
+    assert grade.source == "" and "assert" not in grade.source
+    assert (task.metadata["editable"], task.metadata["deletable"]) == (False, False)
+    assert (grade.metadata["editable"], grade.metadata["deletable"]) == (False, False)
+    assert solution.metadata["deletable"] is False and "editable" not in solution.metadata
+    assert all("editable" not in c.metadata for c in cells)  # the master is left untouched

@@ -1,11 +1,21 @@
 """Hints for the exercises, revealed one at a time, each giving away a little more.
 
-``hint(name, k)`` prints hint k (1-based) for exercise ``name`` (terminals, printed notes);
-``hint_button(name)`` returns an ipywidgets button that reveals the next hint at each click.
+``HINTS`` is the one source: ``hint(name, k)`` prints hint k (1-based) of exercise ``name``
+(terminals, printed notes); ``hint_button(name)`` is an ipywidgets button that reveals the next
+hint at each click, and also leaves the hints as folded ``<details>`` in the cell's output, so a
+reader without a kernel (the site, a notebook viewer, a printout) sees them too. The exercise
+notebooks' markdown carries them as well, between ``<!-- BEGIN HINTS name ... -->`` and
+``<!-- END HINTS -->``, written from ``HINTS`` by ``python -m dpcost.exercises.hints`` (which
+``python -m dpcost.exercises.student`` runs first), so the copies cannot drift apart.
 The last hint of each exercise comes close to the answer but is never the code.
 """
 
 from __future__ import annotations
+
+import argparse
+import html
+import re
+import sys
 
 HINTS: dict[str, list[str]] = {
     "dp_communication_volume": [
@@ -77,6 +87,20 @@ HINTS: dict[str, list[str]] = {
         "forwards the one it just received - the chunk index again moves one back per step.",
         "At step s, rank r sends chunk (r + 1 minus s), modulo n, to rank (r + 1) modulo n.",
     ],
+    "train_ddp": [
+        "torchrun has set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: start with "
+        "`dist.init_process_group(\"gloo\")`, and put everything after it in a try whose finally "
+        "calls `dist.destroy_process_group()`.",
+        "Each rank must read different samples: replace ShuffleEachEpoch with a "
+        "`DistributedSampler(dataset, seed=seed)`, keep calling `set_epoch(epoch)` every epoch, "
+        "and give the DataLoader a batch of global_batch divided by `dist.get_world_size()`.",
+        "Seed as before, build the model, then wrap it: `DistributedDataParallel(model)` (no "
+        "device_ids on CPU). Train through the wrapper - its backward averages the gradients over "
+        "the ranks - and keep the mean loss.",
+        "Only rank 0 saves (`dist.get_rank() == 0`) the unwrapped model's state_dict - the module "
+        "inside the wrapper - then every rank waits at `dist.barrier()`; return that unwrapped "
+        "module.",
+    ],
 }
 
 
@@ -98,14 +122,25 @@ def hint(name: str, k: int) -> None:
 
 
 def hint_button(name: str):
-    """An ipywidgets box: a button that reveals the next hint of ``name`` at each click."""
+    """An ipywidgets box: a button that reveals the next hint of ``name`` at each click.
+
+    Displayed in a notebook it leaves two outputs: the button (which needs a kernel) and the
+    same hints as folded ``<details>`` (which do not), see ``hints_bundle``.
+    """
     import ipywidgets as widgets
+
+    class HintButton(widgets.VBox):
+        def _ipython_display_(self):
+            from IPython.display import display
+
+            display(self._repr_mimebundle_(), raw=True)
+            display(hints_bundle(name), raw=True)
 
     hint_text(name, 1)  # validates name
     count = len(HINTS[name])
     button = widgets.Button(description=f"Show hint 1 of {count}", icon="lightbulb-o")
     shown = widgets.HTML(value="")
-    box = widgets.VBox([button, shown])
+    box = HintButton([button, shown])
     box.revealed = 0  # how many hints are showing; tests and notebooks read it
 
     def reveal(_=None):
@@ -125,8 +160,106 @@ def hint_button(name: str):
 
 
 def _html(text: str) -> str:
-    import html
-    import re
+    # `code` spans in the hint text become <code> in HTML.
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
 
-    # `code` spans in the hint text become <code> in the widget.
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+def hints_bundle(name: str) -> dict[str, str]:
+    """The static output of a hint button: its hints folded, as HTML, and as plain text."""
+    hint_text(name, 1)  # validates name
+    count = len(HINTS[name])
+    folds = "\n".join(f"<details><summary>Hint {k} of {count}</summary>\n<p>{_html(text)}</p>\n"
+                      f"</details>" for k, text in enumerate(HINTS[name], start=1))
+    intro = (f"The hints for <code>{name}</code>, one per fold (the button above reveals them "
+             f"one at a time; without a kernel, unfold them here):")
+    plain = "\n".join(f"Hint {k}/{count}: {text}" for k, text in enumerate(HINTS[name], start=1))
+    return {"text/html": f'<div class="dpcost-hints">\n<p>{intro}</p>\n{folds}\n</div>',
+            "text/plain": f"Hints for {name}:\n{plain}"}
+
+
+# ----------------------------------------------------------------------------------------------
+# The hints in the notebooks' markdown, generated from HINTS.
+
+END_MARK = "<!-- END HINTS -->"
+_REGION = re.compile(r"(<!-- BEGIN HINTS ([\w ]+?) \(generated[^>]*-->\n)(.*?)(<!-- END HINTS -->)",
+                     re.S)
+
+
+def hints_markdown(names: list[str]) -> str:
+    """Markdown for every hint of ``names``: a line per exercise, then one ``<details>`` per hint.
+
+    The blank lines inside ``<details>`` let Jupyter, the site and GitHub render the text as
+    markdown (the `code` spans), as the lessons' folded answers do.
+    """
+    parts = []
+    for name in names:
+        hint_text(name, 1)  # an unknown name fails here, with the known ones listed
+        count = len(HINTS[name])
+        parts.append(f"**`{name}`**\n")
+        for k, text in enumerate(HINTS[name], start=1):
+            parts.append(f"<details><summary>Hint {k} of {count}</summary>\n\n{text}\n</details>\n")
+    return "\n".join(parts)
+
+
+def hint_region(names: list[str]) -> str:
+    """A whole generated region, markers included, ready to put in a markdown cell."""
+    return (f"<!-- BEGIN HINTS {' '.join(names)} (generated from dpcost/exercises/hints.py by "
+            f"python -m dpcost.exercises.hints; do not edit) -->\n{hints_markdown(names)}"
+            f"{END_MARK}")
+
+
+def regions(markdown: str) -> list[tuple[list[str], str]]:
+    """``[(names, text between the markers), ...]`` for every hint region in ``markdown``."""
+    return [(m.group(2).split(), m.group(3)) for m in _REGION.finditer(markdown)]
+
+
+def sync_markdown(markdown: str) -> str:
+    """``markdown`` with every hint region rewritten from ``HINTS``."""
+    if markdown.count("<!-- BEGIN HINTS") != len(regions(markdown)):
+        raise ValueError("a <!-- BEGIN HINTS ... --> marker without its <!-- END HINTS -->")
+    return _REGION.sub(lambda m: m.group(1) + hints_markdown(m.group(2).split()) + m.group(4),
+                       markdown)
+
+
+def sync_notebook(notebook) -> bool:
+    """Rewrite the hint regions of ``notebook``'s markdown cells; True if anything changed."""
+    changed = False
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown" and "<!-- BEGIN HINTS" in cell.source:
+            new = sync_markdown(cell.source)
+            changed |= new != cell.source
+            cell.source = new
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite the masters' hint regions (``--check``: exit 1 if one is stale, write nothing)."""
+    import nbformat
+
+    from dpcost.exercises.student import MASTER_DIR, ROOT, STUDENT_DIR
+
+    parser = argparse.ArgumentParser(prog="python -m dpcost.exercises.hints",
+                                     description=main.__doc__)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    stale = []
+    paths = sorted(MASTER_DIR.glob("ex*.ipynb"))
+    if args.check:  # the student versions are written from the masters, check them too
+        paths += sorted(STUDENT_DIR.glob("ex*.ipynb"))
+    for path in paths:
+        notebook = nbformat.read(path, as_version=4)
+        if sync_notebook(notebook):
+            stale.append(path)
+            if not args.check:
+                nbformat.write(notebook, path)
+                print(f"rewrote the hints in {path.relative_to(ROOT)}")
+    if args.check:
+        for path in stale:
+            print(f"hints out of date in {path.relative_to(ROOT)} "
+                  f"(run: python -m dpcost.exercises.student)")
+        return 1 if stale else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

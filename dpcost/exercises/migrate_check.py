@@ -45,6 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from dpcost.exercises import hints as _hints
 from dpcost.exercises.report import Report, TestResult
 from dpcost.exercises.sandbox import student_function_name
 
@@ -492,57 +493,17 @@ def submit(fn=None, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
 
 
 # ----------------------------------------------------------------------------------------------
-# Hints, one at a time (the same way as dpcost.exercises.hints, for this exercise).
+# Hints, one at a time: this exercise's entry of dpcost.exercises.hints.HINTS, the one source.
 
-HINTS = [
-    "torchrun has set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: start with "
-    "`dist.init_process_group(\"gloo\")`, and put everything after it in a try whose finally "
-    "calls `dist.destroy_process_group()`.",
-    "Each rank must read different samples: replace ShuffleEachEpoch with a "
-    "`DistributedSampler(dataset, seed=seed)`, keep calling `set_epoch(epoch)` every epoch, "
-    "and give the DataLoader a batch of global_batch divided by `dist.get_world_size()`.",
-    "Seed as before, build the model, then wrap it: `DistributedDataParallel(model)` (no "
-    "device_ids on CPU). Train through the wrapper - its backward averages the gradients over "
-    "the ranks - and keep the mean loss.",
-    "Only rank 0 saves (`dist.get_rank() == 0`) the unwrapped model's state_dict - the module "
-    "inside the wrapper - then every rank waits at `dist.barrier()`; return that unwrapped "
-    "module.",
-]
+HINTS = _hints.HINTS["train_ddp"]
 
 
 def hint(k: int) -> None:
     """Print hint ``k`` (1-based) of this exercise."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k must be an int hint number, got {type(k).__name__} {k!r}")
-    if not 1 <= k <= len(HINTS):
-        raise ValueError(f"k must be a hint number from 1 to {len(HINTS)}, got {k}")
-    print(f"Hint {k}/{len(HINTS)} for train_ddp: {HINTS[k - 1]}")
+    _hints.hint("train_ddp", k)
 
 
 def hint_button():
-    """An ipywidgets box: a button that reveals the next hint at each click."""
-    import html
-    import re
-
-    import ipywidgets as widgets
-
-    button = widgets.Button(description=f"Show hint 1 of {len(HINTS)}", icon="lightbulb-o")
-    shown = widgets.HTML(value="")
-    box = widgets.VBox([button, shown])
-    box.revealed = 0
-
-    def reveal(_=None):
-        if box.revealed >= len(HINTS):
-            return
-        box.revealed += 1
-        items = "".join("<li>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
-                        + "</li>" for text in HINTS[: box.revealed])
-        shown.value = f"<ol>{items}</ol>"
-        if box.revealed == len(HINTS):
-            button.description, button.disabled = "No more hints", True
-        else:
-            button.description = f"Show hint {box.revealed + 1} of {len(HINTS)}"
-
-    button.on_click(reveal)
-    box.reveal = reveal
-    return box
+    """An ipywidgets box: a button that reveals the next hint at each click (and the static
+    hints beside it, see ``dpcost.exercises.hints.hint_button``)."""
+    return _hints.hint_button("train_ddp")

@@ -4,10 +4,17 @@ Convention: nbgrader's markers, so instructors who know nbgrader read the master
 In a code cell, the lines from ``### BEGIN SOLUTION`` to ``### END SOLUTION`` become a stub
 (``# YOUR CODE HERE`` and a ``raise NotImplementedError("...")`` naming the function to
 write), indented like the markers; in a markdown cell they become "YOUR ANSWER HERE". The
-lines from ``### BEGIN HIDDEN TESTS`` to ``### END HIDDEN TESTS`` are removed, and a cell left
-empty by that is dropped. Every other cell is kept as is, with its id and metadata; outputs
-and execution counts are cleared, and the student notebook is then executed so it is
-committed executed.
+lines from ``### BEGIN HIDDEN TESTS`` to ``### END HIDDEN TESTS`` are removed; a cell left
+empty by that is dropped, unless it is one of nbgrader's grade cells (nbgrader keeps those).
+Every other cell is kept as is, with its id and metadata; outputs and execution counts are
+cleared, and the student notebook is then executed so it is committed executed.
+
+The masters carry nbgrader's cell metadata (solution, grade and read-only cells), and the
+result is what nbgrader's own ``generate_assignment`` preprocessors make of them apart from the
+stub's message (``tests/test_nbgrader.py`` checks it): cells are locked as nbgrader's
+``LockCells`` locks them (``editable``/``deletable``), and nbgrader's per-cell checksums, which
+only its own database uses, are left out. Before that, the hints in the masters' markdown are
+rewritten from ``dpcost.exercises.hints.HINTS``.
 
     python -m dpcost.exercises.student            # write + execute notebooks/ex*.ipynb
     python -m dpcost.exercises.student --check    # exit 1 if a committed one is out of sync
@@ -71,6 +78,17 @@ def student_source(source: str, cell_type: str, where: str = "cell") -> str:
     return "\n".join(lines).rstrip("\n")
 
 
+def lock(cell) -> None:
+    """Lock ``cell`` as nbgrader's ``LockCells`` does: solution cells cannot be deleted, grade
+    and read-only cells can be neither deleted nor edited (nbformat's standard cell keys)."""
+    grader = cell.metadata.get("nbgrader", {})
+    if grader.get("solution"):
+        cell.metadata["deletable"] = False
+    elif grader.get("grade") or grader.get("locked"):
+        cell.metadata["deletable"] = False
+        cell.metadata["editable"] = False
+
+
 def make_student(master):
     """The student notebook (a new nbformat node) made from the master notebook."""
     student = copy.deepcopy(master)
@@ -78,8 +96,9 @@ def make_student(master):
     for index, cell in enumerate(student.cells):
         hidden = BEGIN_HIDDEN in cell.source
         cell.source = student_source(cell.source, cell.cell_type, f"cell {index}")
-        if hidden and not cell.source.strip():
+        if hidden and not cell.source.strip() and not cell.metadata.get("nbgrader"):
             continue  # the cell held only hidden tests
+        lock(cell)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
         cell.metadata.pop("execution", None)
@@ -112,6 +131,8 @@ def execute(notebook, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     import nbformat
 
+    from dpcost.exercises.hints import sync_notebook
+
     parser = argparse.ArgumentParser(prog="python -m dpcost.exercises.student",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true",
@@ -120,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale = []
     for master_path, student_path in pairs():
-        student = make_student(nbformat.read(master_path, as_version=4))
+        master = nbformat.read(master_path, as_version=4)
+        if sync_notebook(master):  # the hints in the master's markdown were stale
+            if args.check:
+                stale.append(master_path)
+            else:
+                nbformat.write(master, master_path)
+                print(f"rewrote the hints in {master_path.relative_to(ROOT)}")
+        student = make_student(master)
         if args.check:
             committed = nbformat.read(student_path, as_version=4) if student_path.exists() else None
             if committed is None or structure(committed) != structure(student):
@@ -131,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         nbformat.write(student, student_path)
         print(f"wrote {student_path.relative_to(ROOT)} from {master_path.relative_to(ROOT)}")
     for path in stale:
-        print(f"out of sync with its master: {path.relative_to(ROOT)} "
-              f"(run: python -m dpcost.exercises.student)")
+        print(f"out of sync: {path.relative_to(ROOT)} (run: python -m dpcost.exercises.student)")
     return 1 if stale else 0
 
 
