@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from importlib import metadata
@@ -113,7 +114,10 @@ def test_constraints_pin_everything_installed_here():
     version. Regenerate with `make constraints` after a deliberate upgrade in .venv."""
     pins = _constraints()
     unpinned, differ = [], []
-    for dist in metadata.distributions():
+    # The environment's own site-packages, as pip freeze sees it: under pytest, setuptools'
+    # vendored copies (setuptools/_vendor/*.dist-info) can be on sys.path too.
+    site_packages = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
+    for dist in metadata.distributions(path=site_packages):
         name = canonicalize_name(dist.metadata["Name"])
         if name == "dpcost":
             continue
