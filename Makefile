@@ -64,11 +64,9 @@ student: $(STAMP)
 	$(PY) -m dpcost.exercises.student
 
 # One reveal.js deck per notebook, offline: build/slides/index.html. reveal.js, MathJax 2, RequireJS
-# and jQuery come from npm (pinned in slides/package-lock.json) and are copied next to the decks.
-slides/node_modules/.package-lock.json: slides/package-lock.json
-	cd slides && npm ci --ignore-scripts --no-audit --no-fund
-
-slides: $(STAMP) slides/node_modules/.package-lock.json
+# and jQuery come from npm (slides/build.py runs npm ci against slides/package-lock.json when it
+# changed) and are copied next to the decks.
+slides: $(STAMP)
 	$(PY) slides/build.py --out build/slides
 
 # Run every multi-process test K times and count the failures (not part of `make test`).

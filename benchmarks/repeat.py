@@ -43,6 +43,9 @@ MULTIPROCESS_TESTS = [
     "tests/test_make_lab.py",
     "tests/test_gpu_memory_check.py",
     "tests/test_package.py",
+    "tests/test_site.py",
+    "tests/test_slides.py",
+    "tests/test_nbgrader.py",
 ]
 COMMANDS = {  # the reproduction: failed 6 times in 20 before the fix
     "torchrun -m dpcost.measure (2 ranks)": [
