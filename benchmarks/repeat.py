@@ -35,6 +35,7 @@ MULTIPROCESS_TESTS = [
     "tests/test_measure_traffic.py",
     "tests/test_measure_timeline.py",
     "tests/test_measure_strategies.py",
+    "tests/test_powersgd_gloo.py",
     "tests/test_examples.py",
     "tests/test_migration.py",
     "tests/test_exercises_migrate.py",

@@ -160,8 +160,9 @@ class StrategyScenario:
             model.register_comm_hook(None, default_hooks.allreduce_hook)
             return model
         # PowerSGD in one bucket: its hook waits for the P and Q all-reduces inside future
-        # callbacks, which run on gloo's worker threads; with several buckets in flight those
-        # threads all ended up waiting and the ranks hung (seen here at iteration 3).
+        # callbacks, which run on gloo's worker threads; with several buckets the workers all
+        # end up waiting (a hang), or, given more workers, the ranks issue their calls in
+        # different orders and gloo sums mismatched tensors (dpcost/measure/powersgd_gloo.py).
         model = ddp(base, bucket_cap_mb=POWERSGD_BUCKET_CAP_MB) if self.kind == "powersgd" \
             else ddp(base)
         if self.kind == "fp16-hook":

@@ -1,0 +1,358 @@
+"""Why PowerSGD runs in one bucket on gloo: its callbacks wait on gloo's worker threads.
+
+``powerSGD_hook`` (torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py) all-reduces
+three tensors per bucket: the uncompressed ones (U, the biases here), then P, then Q. It issues
+U from DDP's thread, and P and Q from inside the future callbacks of the one before, each
+callback ending in ``dist.all_reduce(...).get_future().wait()``.
+
+On gloo a collective's future is completed by the worker thread that ran it
+(``ProcessGroupGloo.cpp``: ``runLoop`` -> ``AsyncWork::execute`` -> ``finishWorkGloo`` ->
+``markCompleted``, which runs the callbacks), and a process group has
+``ProcessGroupGloo::Options::threads`` workers, 2 by default. Two things follow:
+
+- **Deadlock.** A callback that waits holds its worker. Each bucket in flight can hold one; when
+  every worker waits, none is left to run the all-reduces they wait for. One worker hangs with
+  one bucket; gloo's two hang with DDP's default buckets (2 for this 4 MB model).
+- **Order.** Gloo pairs collectives across ranks by a tag, the count of calls made on the group
+  so far (``nextTag``: ``collectiveCounter_++``), and ``ProcessGroupGloo.hpp`` requires every
+  rank to call in the same order. With several buckets, P comes from a worker thread while
+  DDP's thread issues the next bucket's U, so the order depends on timing. U, P and Q all hold
+  ``layers x width`` elements here, so gloo sums mismatched tensors without an error and the
+  replicas drift apart.
+
+One bucket avoids both: its three calls are chained, and DDP waits for the bucket before the
+next step issues anything. On NCCL the future completes as soon as the kernels are enqueued
+(``ProcessGroupNCCL.cpp``: ``collective``), so the callbacks run at once on the calling thread,
+in bucket order; that is not measured here (no GPU).
+
+:func:`probe` runs one case on 2 gloo ranks, each its own process in its own session, and
+kills both whatever happens. A rank logs every all-reduce it issues (role, bucket, elements) as
+it issues it. When the ranks stop issuing calls for ``stall_s`` seconds the case is "hung":
+each rank dumps its threads' Python stacks (``faulthandler``, SIGUSR1) before it is killed, and
+the result names the hook functions its threads wait in. ``straggler_s`` delays rank 1 before
+each compressed bucket, as a slow rank would, so that the interleaving, and the outcome, are
+the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+WIDTH, DEPTH = 500, 4  # scenarios.build_model: 4 x Linear(500), P = 4,008,000 B (fp32)
+WORLD_SIZE = 2
+START_ITER = 2  # PowerSGDState's start_powerSGD_iter: plain all-reduce before it
+COMPRESSED_STEPS = 2
+STALL_S = 3.0  # no new call for this long once both ranks train: hung (a step: ~0.1 s)
+STRAGGLER_S = 0.2
+ONE_BUCKET_MB = 1024  # as strategy_scenarios.POWERSGD_BUCKET_CAP_MB
+ROLES = {"_allreduce_fut": "plain", "powerSGD_hook": "U",
+         "unpack_uncompressed_tensors_and_allreduce_ps": "P", "compute_qs": "Q"}
+HOOK_WAITS = ("unpack_uncompressed_tensors_and_allreduce_ps", "compute_qs")
+# The cases lesson 08 shows: None means DDP's default caps (1 MiB first bucket, then 25 MiB).
+LESSON_CASES = (
+    {"bucket_cap_mb": ONE_BUCKET_MB, "gloo_threads": 2, "straggler_s": STRAGGLER_S},
+    {"bucket_cap_mb": None, "gloo_threads": 2, "straggler_s": STRAGGLER_S},
+    {"bucket_cap_mb": None, "gloo_threads": 8, "straggler_s": STRAGGLER_S},
+)
+
+
+class ProbeError(RuntimeError):
+    """A rank failed for a reason other than the hang the probe looks for."""
+
+
+def check_case(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0) -> dict:
+    """The case as a plain dict, or ValueError naming the bad parameter."""
+    if bucket_cap_mb is not None:
+        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
+                or not math.isfinite(bucket_cap_mb) or bucket_cap_mb <= 0:
+            raise ValueError(f"bucket_cap_mb must be None (DDP's default) or a finite number "
+                             f"of MiB > 0, got {bucket_cap_mb!r}")
+    if isinstance(gloo_threads, bool) or not isinstance(gloo_threads, int) \
+            or not 1 <= gloo_threads <= 64:
+        raise ValueError(f"gloo_threads must be an int from 1 to 64, got {gloo_threads!r}")
+    if isinstance(straggler_s, bool) or not isinstance(straggler_s, (int, float)) \
+            or not 0 <= straggler_s <= 5:
+        raise ValueError(f"straggler_s must be a number of seconds from 0 to 5, "
+                         f"got {straggler_s!r}")
+    return {"bucket_cap_mb": bucket_cap_mb, "gloo_threads": gloo_threads,
+            "straggler_s": float(straggler_s)}
+
+
+def predicted_buckets(bucket_cap_mb=None) -> int:
+    """Buckets DDP rebuilds for the probe's model (``dpcost.strategies.bucket_assignment``)."""
+    from dpcost import strategies as st
+    from dpcost.measure.strategy_scenarios import ready_order_bytes
+
+    shapes = [(WIDTH, WIDTH), (WIDTH,)] * DEPTH
+    return len(st.bucket_assignment(ready_order_bytes(shapes), st.ddp_bucket_caps(bucket_cap_mb)))
+
+
+# -- the rank ------------------------------------------------------------------------------
+def _die_with_parent():
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _gloo_group(store, rank, threads):
+    """A gloo process group with ``threads`` workers. ``init_process_group`` and ``new_group``
+    pass gloo only a timeout (distributed_c10d.py: ``_new_process_group_helper``), so the
+    group is built from ``ProcessGroupGloo._Options`` as that helper builds it."""
+    import torch
+    import torch.distributed as dist
+
+    options = dist.ProcessGroupGloo._Options()
+    options._threads = threads
+    options._timeout = timedelta(seconds=120)
+    options._devices = [dist.ProcessGroupGloo.create_default_device()]
+    prefix = dist.PrefixStore(f"powersgd-gloo-{threads}/", store)
+    backend = dist.ProcessGroupGloo(prefix, rank, WORLD_SIZE, options)
+    group = dist.ProcessGroup(prefix, rank, WORLD_SIZE)
+    group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+    return group
+
+
+def _calls_logger(dist, log):
+    """Wrap ``dist.all_reduce`` (the hook calls it by attribute): log each call as issued."""
+    import threading
+
+    real, lock = dist.all_reduce, threading.Lock()
+
+    def all_reduce(tensor, *args, **kwargs):
+        frame = sys._getframe(1)
+        role = ROLES.get(frame.f_code.co_name, frame.f_code.co_name)
+        if role == "plain":
+            frame = frame.f_back  # powerSGD_hook, which holds the bucket
+        bucket = frame.f_locals.get("bucket_index")
+        if bucket is None and "bucket" in frame.f_locals:  # before the hook names it
+            bucket = frame.f_locals["bucket"].index()
+        with lock:  # the log's order is the order of the calls, hence of gloo's tags
+            log.write(json.dumps(["call", role, bucket, tensor.numel()]) + "\n")
+            return real(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+
+
+def rank_main(rank: int, port: int, case: dict, out: Path) -> None:
+    """One rank: DDP + powerSGD_hook on a gloo group with the case's worker threads."""
+    import faulthandler
+
+    _die_with_parent()
+    stacks = open(out / f"stacks{rank}.txt", "w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    import torch
+    import torch._dynamo  # noqa: F401 - before init_process_group (worker.run_rank says why)
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    from dpcost.measure.scenarios import _batch, build_model
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, WORLD_SIZE, rank == 0,
+                          timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD_SIZE)
+    group = _gloo_group(store, rank, case["gloo_threads"])
+    model = build_model(WIDTH, DEPTH)
+    caps = {} if case["bucket_cap_mb"] is None else {"bucket_cap_mb": case["bucket_cap_mb"]}
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, **caps)
+    state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                        start_powerSGD_iter=START_ITER)
+
+    def straggling_hook(state, bucket):
+        if rank == 1 and state.iter >= START_ITER:
+            time.sleep(case["straggler_s"])  # a slow rank: the same interleaving every run
+        return powerSGD_hook.powerSGD_hook(state, bucket)
+
+    ddp.register_comm_hook(state, straggling_hook)
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    log = open(out / f"calls{rank}.jsonl", "w", buffering=1)  # one line per call, at once
+    _calls_logger(dist, log)
+    for step in range(START_ITER + COMPRESSED_STEPS):
+        ddp(_batch(WIDTH, rank, step)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 1:  # DDP rebuilt its buckets in the second forward (reducer.cpp)
+            buckets = len(ddp.reducer._get_zeros_like_grad_buckets())
+            log.write(json.dumps(["ready", buckets]) + "\n")
+        log.write(json.dumps(["step", step]) + "\n")
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(WORLD_SIZE)]
+    dist.all_gather(everyone, flat)  # the default group: its order is never in doubt
+    log.write(json.dumps(["done", (everyone[0] - everyone[1]).abs().max().item()]) + "\n")
+    log.close()
+    # Leave without interpreter finalization: the extra group is not c10d's to destroy, and a
+    # gloo thread alive at Py_FinalizeEx can abort the process (see worker.run_rank).
+    os._exit(0)
+
+
+# -- the parent ----------------------------------------------------------------------------
+def _read_log(path: Path) -> list:
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.endswith("]")]  # skip a torn last line
+
+
+def _waiting_in_hook(stacks: str) -> list:
+    """Per thread of a faulthandler dump: the hook function its newest frame is in, if any."""
+    waiting = []
+    for block in stacks.split("Thread 0x")[1:]:
+        frames = [line.strip() for line in block.splitlines()[1:] if line.strip()]
+        if frames and "powerSGD_hook.py" in frames[0]:
+            name = frames[0].rsplit(" in ", 1)[-1]
+            if name in HOOK_WAITS:
+                waiting.append(name)
+    return waiting
+
+
+def _kill(process):
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
+
+
+def probe(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0, stall_s=STALL_S,
+          timeout_s=120.0) -> dict:
+    """Run one case on 2 gloo ranks; what happened, as plain values.
+
+    Returns {"case", "buckets" (as DDP rebuilt them), "outcome": "ran" or "hung", "calls":
+    each rank's all-reduces in the order issued, [role, bucket, elements], "out_of_order": the
+    first index where the ranks' calls differ (None if they never do), "mismatched": how many
+    of the calls both ranks made differ, "replica_max_diff": max |rank 0 parameter - rank 1
+    parameter| after the last step (None if hung), "waiting": per rank, the hook functions
+    its threads wait in when hung, "steps": steps each rank finished, "wall_s"}.
+    Raises ProbeError if a rank fails otherwise or nothing happens within ``timeout_s``.
+    """
+    case = check_case(bucket_cap_mb, gloo_threads, straggler_s)
+    from dpcost.measure.launch import free_port
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dpcost-powersgd-") as tmp:
+        out, port = Path(tmp), free_port()
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[2]),
+                          os.environ.get("PYTHONPATH", "")])))
+        ranks = [subprocess.Popen(
+            [sys.executable, "-m", "dpcost.measure.powersgd_gloo", "--rank", str(rank),
+             str(port), json.dumps(case), tmp], stdout=open(out / f"output{rank}.txt", "w"),
+            stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            preexec_fn=_die_with_parent) for rank in range(WORLD_SIZE)]
+        try:
+            outcome = _watch(ranks, out, stall_s, timeout_s, start)
+        finally:
+            for process in ranks:
+                _kill(process)
+        logs = [_read_log(out / f"calls{rank}.jsonl") for rank in range(WORLD_SIZE)]
+        if outcome == "ran" and any(p.returncode != 0 for p in ranks):
+            tails = [(out / f"output{r}.txt").read_text()[-2000:] for r in range(WORLD_SIZE)]
+            raise ProbeError(f"a rank failed (exit {[p.returncode for p in ranks]}): {tails}")
+        waiting = ([_waiting_in_hook((out / f"stacks{r}.txt").read_text())
+                    for r in range(WORLD_SIZE)] if outcome == "hung" else [[], []])
+    calls = [[entry[1:] for entry in log if entry[0] == "call"] for log in logs]
+    pairs = list(zip(*calls, strict=False))  # a hung rank may have made fewer calls
+    differ = [i for i, (a, b) in enumerate(pairs) if a != b]
+    ready = [entry[1] for entry in logs[0] if entry[0] == "ready"]
+    done = [entry[1] for entry in logs[0] if entry[0] == "done"]
+    return {"case": case, "buckets": ready[0] if ready else None, "outcome": outcome,
+            "calls": calls, "out_of_order": differ[0] if differ else None,
+            "mismatched": len(differ), "replica_max_diff": done[0] if done else None,
+            "waiting": waiting,
+            "steps": [sum(entry[0] == "step" for entry in log) for log in logs],
+            "wall_s": time.monotonic() - start}
+
+
+def _watch(ranks, out, stall_s, timeout_s, start) -> str:
+    """Wait until both ranks exit ("ran") or, once both train, stop issuing calls ("hung")."""
+    sizes, moved = None, time.monotonic()
+    while True:
+        now = time.monotonic()
+        if all(p.poll() is not None for p in ranks):
+            return "ran"
+        if any(p.poll() not in (None, 0) for p in ranks):
+            return "ran"  # a failure: probe() reports it with the rank's output
+        logs = [out / f"calls{rank}.jsonl" for rank in range(WORLD_SIZE)]
+        current = [path.stat().st_size if path.exists() else 0 for path in logs]
+        trained = all(any(e[0] == "ready" for e in _read_log(path)) for path in logs)
+        if current != sizes:
+            sizes, moved = current, now
+        elif trained and now - moved > stall_s:
+            for process in ranks:
+                os.kill(process.pid, signal.SIGUSR1)  # faulthandler: dump every thread
+            deadline = now + 5
+            while now < deadline and not all(
+                    "Thread 0x" in (out / f"stacks{r}.txt").read_text()
+                    for r in range(WORLD_SIZE)):
+                time.sleep(0.05)
+                now = time.monotonic()
+            time.sleep(0.2)  # let the dump finish
+            return "hung"
+        if now - start > timeout_s:
+            raise ProbeError(f"the ranks neither finished nor started training within "
+                             f"{timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def describe(result: dict) -> dict:
+    """One table row in words, for the lesson and ``python -m dpcost.measure.powersgd_gloo``."""
+    case = result["case"]
+    cap = "default" if case["bucket_cap_mb"] is None else f"{case['bucket_cap_mb']:g} MiB"
+    if result["out_of_order"] is None:
+        order = "same on both ranks"
+    else:
+        i = result["out_of_order"]
+        a, b = (result["calls"][r][i] for r in range(WORLD_SIZE))
+        order = f"differs from call {i + 1}: {a[0]}{a[1]} vs {b[0]}{b[1]}"
+    if result["outcome"] == "hung":
+        full = [r for r, w in enumerate(result["waiting"]) if len(w) == case["gloo_threads"]]
+        threads = case["gloo_threads"]
+        outcome = (f"hung: all {threads} of rank {full[0]}'s workers wait in the hook" if full
+                   else f"hung: workers waiting in the hook per rank: "
+                        f"{[len(w) for w in result['waiting']]}")
+    else:
+        diff = result["replica_max_diff"]
+        outcome = "ran, replicas identical" if diff == 0 else "ran, replicas differ"
+    return {"bucket_cap_mb": cap, "buckets": result["buckets"],
+            "gloo_threads": case["gloo_threads"], "order": order, "outcome": outcome}
+
+
+def format_table(results) -> str:
+    rows = [describe(r) for r in results]
+    lines = [f"{'bucket_cap_mb':<14}{'buckets':>8}{'gloo threads':>13}  {'call order':<32}outcome"]
+    lines += [f"{r['bucket_cap_mb']:<14}{r['buckets']:>8}{r['gloo_threads']:>13}  "
+              f"{r['order']:<32}{r['outcome']}" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv) -> int:
+    if argv[:1] == ["--rank"]:
+        rank_main(int(argv[1]), int(argv[2]), json.loads(argv[3]), Path(argv[4]))
+        return 0
+    cases = list(LESSON_CASES) + [{"bucket_cap_mb": ONE_BUCKET_MB, "gloo_threads": 1,
+                                   "straggler_s": 0.0}]
+    if argv[:1] == ["--json"]:
+        results = [probe(**case) for case in cases]
+        print(json.dumps(results))
+        return 0
+    if argv:
+        print("usage: python -m dpcost.measure.powersgd_gloo [--json]", file=sys.stderr)
+        return 2
+    print(format_table([probe(**case) for case in cases]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""PowerSGD's hook on gloo: the one-bucket case runs in order; a waiting callback holds a worker.
+
+Real gloo ranks at world size 2. The expected all-reduce sizes are recomputed here by hand from
+the model (4 x Linear(500)): per bucket PowerSGD at rank 1 all-reduces the biases (U), one
+500-vector per weight for P and one for Q. Lesson 08 runs and asserts the multi-bucket cases
+(DDP's default buckets with 2 and with 8 gloo workers).
+"""
+
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from dpcost.measure import powersgd_gloo as pg
+
+LAYER_ELEMENTS = 500 * 500 + 500
+
+
+def _descendants():
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _no_rank_left():
+    return not [p for p in psutil.process_iter(["cmdline"])
+                if "dpcost.measure.powersgd_gloo" in " ".join(p.info["cmdline"] or [])
+                and p.pid != os.getpid()]
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"bucket_cap_mb": 0}, "bucket_cap_mb"), ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb"),
+    ({"bucket_cap_mb": True}, "bucket_cap_mb"), ({"gloo_threads": 0}, "gloo_threads"),
+    ({"gloo_threads": 2.0}, "gloo_threads"), ({"gloo_threads": 65}, "gloo_threads"),
+    ({"straggler_s": -1}, "straggler_s"), ({"straggler_s": 6}, "straggler_s"),
+])
+def test_bad_cases_are_refused_before_any_rank_starts(kwargs, name):
+    before = _descendants()
+    with pytest.raises(ValueError, match=name):
+        pg.probe(**kwargs)
+    assert _descendants() == before
+
+
+def test_the_probe_model_buckets_as_ddp_rebuilds_them():
+    # 1 MiB first bucket: two 1,002,000 B layers reach it; the other two share the 25 MiB one
+    assert pg.predicted_buckets(None) == 2
+    assert pg.predicted_buckets(pg.ONE_BUCKET_MB) == 1
+
+
+def test_one_bucket_keeps_the_calls_in_order_and_the_replicas_identical():
+    before = _descendants()
+    result = pg.probe(bucket_cap_mb=pg.ONE_BUCKET_MB, gloo_threads=2,
+                      straggler_s=pg.STRAGGLER_S)
+    assert _descendants() == before and _no_rank_left()
+    assert result["outcome"] == "ran" and result["steps"] == [4, 4]
+    assert result["buckets"] == pg.predicted_buckets(pg.ONE_BUCKET_MB) == 1
+    warmup = [["plain", 0, 4 * LAYER_ELEMENTS]] * pg.START_ITER  # the whole model, plainly
+    compressed = [["U", 0, 4 * 500], ["P", 0, 4 * 500], ["Q", 0, 4 * 500]] * 2
+    assert result["calls"] == [warmup + compressed] * 2
+    assert result["out_of_order"] is None and result["mismatched"] == 0
+    assert result["replica_max_diff"] == 0.0  # both ranks got the very same sums
+    assert pg.describe(result)["outcome"] == "ran, replicas identical"
+
+
+def test_with_one_gloo_worker_the_hook_waits_on_the_thread_that_would_run_p():
+    before = _descendants()
+    result = pg.probe(bucket_cap_mb=pg.ONE_BUCKET_MB, gloo_threads=1)
+    assert _descendants() == before and _no_rank_left()
+    assert result["outcome"] == "hung"
+    assert result["steps"] == [pg.START_ITER] * 2  # the warm-up ran; the first compressed not
+    # each rank issued U, then P from U's callback, and waits for P on gloo's only worker
+    assert [calls[pg.START_ITER:] for calls in result["calls"]] == [
+        [["U", 0, 2000], ["P", 0, 2000]]] * 2
+    assert result["waiting"] == [["unpack_uncompressed_tensors_and_allreduce_ps"]] * 2
+    assert pg.describe(result)["outcome"] == "hung: all 1 of rank 0's workers wait in the hook"
+
+
+def test_a_faulthandler_dump_is_read_for_the_hook_functions_waiting():
+    dump = """Thread 0x00007f01 (most recent call first):
+  File "/x/torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py", line 611 in compute_qs
+
+Thread 0x00007f02 (most recent call first):
+
+Thread 0x00007f03 (most recent call first):
+  File "/x/torch/autograd/graph.py", line 979 in _engine_run_backward
+  File "/x/torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py", line 589 in unpack
+"""
+    assert pg._waiting_in_hook(dump) == ["compute_qs"]
+    assert pg._waiting_in_hook("") == []
+
+
+def test_gloo_gives_a_process_group_two_workers_by_default():
+    # in a fresh interpreter: the test process must not hold a default process group
+    code = """
+import os, torch, torch._dynamo, torch.distributed as dist
+from dpcost.measure.launch import free_port
+store = dist.TCPStore("127.0.0.1", free_port(), 1, True)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+import time
+for _ in range(100):  # a new thread names itself a moment after it starts
+    workers = sum(open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop"
+                  for t in os.listdir("/proc/self/task"))
+    if workers >= 2:
+        break
+    time.sleep(0.02)
+print(dist.group.WORLD._get_backend(torch.device("cpu")).options._threads, workers)
+dist.destroy_process_group()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["2", "2"]  # the option, and the threads it started
