@@ -9,6 +9,7 @@ the model (4 x Linear(500)): per bucket PowerSGD at rank 1 all-reduces the biase
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -109,3 +110,24 @@ dist.destroy_process_group()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == ["2", "2"]  # the option, and the threads it started
+
+
+def test_a_failing_rank_is_reported_with_its_output_and_its_peer_is_killed(tmp_path):
+    before = _descendants()
+    commands = [[sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"],
+                [sys.executable, "-c", "import time; time.sleep(60)"]]
+    started = time.monotonic()
+    with pytest.raises(pg.ProbeError, match=r"exit statuses \[3, -9\](.|\n)*boom"):
+        pg.run_ranks(commands, tmp_path, timeout_s=30)
+    assert time.monotonic() - started < 10
+    assert _descendants() == before
+
+
+def test_ranks_that_never_train_are_stopped_at_the_timeout(tmp_path):
+    before = _descendants()
+    commands = [[sys.executable, "-c", "import time; time.sleep(60)"]] * 2
+    started = time.monotonic()
+    with pytest.raises(pg.ProbeError, match="did not finish within 1 s"):
+        pg.run_ranks(commands, tmp_path, timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert _descendants() == before

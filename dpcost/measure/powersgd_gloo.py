@@ -47,6 +47,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from dpcost.measure.launch import _die_with_parent, free_port
+
 WIDTH, DEPTH = 500, 4  # scenarios.build_model: 4 x Linear(500), P = 4,008,000 B (fp32)
 WORLD_SIZE = 2
 START_ITER = 2  # PowerSGDState's start_powerSGD_iter: plain all-reduce before it
@@ -97,13 +99,6 @@ def predicted_buckets(bucket_cap_mb=None) -> int:
 
 
 # -- the rank ------------------------------------------------------------------------------
-def _die_with_parent():
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _gloo_group(store, rank, threads):
     """A gloo process group with ``threads`` workers. ``init_process_group`` and ``new_group``
     pass gloo only a timeout (distributed_c10d.py: ``_new_process_group_helper``), so the
@@ -238,28 +233,13 @@ def probe(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0, stall_s=STALL_S,
     Raises ProbeError if a rank fails otherwise or nothing happens within ``timeout_s``.
     """
     case = check_case(bucket_cap_mb, gloo_threads, straggler_s)
-    from dpcost.measure.launch import free_port
-
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dpcost-powersgd-") as tmp:
         out, port = Path(tmp), free_port()
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parents[2]),
-                          os.environ.get("PYTHONPATH", "")])))
-        ranks = [subprocess.Popen(
-            [sys.executable, "-m", "dpcost.measure.powersgd_gloo", "--rank", str(rank),
-             str(port), json.dumps(case), tmp], stdout=open(out / f"output{rank}.txt", "w"),
-            stderr=subprocess.STDOUT, start_new_session=True, env=env,
-            preexec_fn=_die_with_parent) for rank in range(WORLD_SIZE)]
-        try:
-            outcome = _watch(ranks, out, stall_s, timeout_s, start)
-        finally:
-            for process in ranks:
-                _kill(process)
+        commands = [[sys.executable, "-m", "dpcost.measure.powersgd_gloo", "--rank", str(rank),
+                     str(port), json.dumps(case), tmp] for rank in range(WORLD_SIZE)]
+        outcome = run_ranks(commands, out, stall_s, timeout_s)
         logs = [_read_log(out / f"calls{rank}.jsonl") for rank in range(WORLD_SIZE)]
-        if outcome == "ran" and any(p.returncode != 0 for p in ranks):
-            tails = [(out / f"output{r}.txt").read_text()[-2000:] for r in range(WORLD_SIZE)]
-            raise ProbeError(f"a rank failed (exit {[p.returncode for p in ranks]}): {tails}")
         waiting = ([_waiting_in_hook((out / f"stacks{r}.txt").read_text())
                     for r in range(WORLD_SIZE)] if outcome == "hung" else [[], []])
     calls = [[entry[1:] for entry in log if entry[0] == "call"] for log in logs]
@@ -275,16 +255,49 @@ def probe(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0, stall_s=STALL_S,
             "wall_s": time.monotonic() - start}
 
 
-def _watch(ranks, out, stall_s, timeout_s, start) -> str:
-    """Wait until both ranks exit ("ran") or, once both train, stop issuing calls ("hung")."""
-    sizes, moved = None, time.monotonic()
+def run_ranks(commands, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
+    """Start one process per command (rank r writes ``out``/calls{r}.jsonl); "ran" or "hung".
+
+    Each process runs in a session of its own and is killed with its group at the end,
+    whatever happens. Raises ProbeError, with the tail of every rank's output, when a rank
+    exits non-zero or the ranks have not finished within ``timeout_s``.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parents[2]),
+                      os.environ.get("PYTHONPATH", "")])))
+    outputs = [open(out / f"output{rank}.txt", "w") for rank in range(len(commands))]
+    ranks = []
+    try:
+        for command, output in zip(commands, outputs, strict=True):
+            ranks.append(subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                          start_new_session=True, env=env,
+                                          preexec_fn=_die_with_parent))
+        outcome = _watch(ranks, out, stall_s, timeout_s)
+    finally:
+        for process in ranks:
+            _kill(process)
+        for output in outputs:
+            output.close()
+    if outcome == "exited" and any(p.returncode != 0 for p in ranks):
+        tails = "\n".join(f"--- rank {r}, exit {p.returncode}:\n"
+                          + (out / f"output{r}.txt").read_text()[-2000:]
+                          for r, p in enumerate(ranks))
+        raise ProbeError(f"a rank failed (exit statuses {[p.returncode for p in ranks]}):\n"
+                         + tails)
+    return "ran" if outcome == "exited" else outcome
+
+
+def _watch(ranks, out, stall_s, timeout_s) -> str:
+    """Wait until every rank exits, or one fails ("exited"), or, once all train, they stop
+    issuing calls for ``stall_s`` ("hung": each rank dumps its threads' stacks first)."""
+    sizes, start = None, time.monotonic()
+    moved = start
+    logs = [out / f"calls{rank}.jsonl" for rank in range(len(ranks))]
     while True:
         now = time.monotonic()
-        if all(p.poll() is not None for p in ranks):
-            return "ran"
-        if any(p.poll() not in (None, 0) for p in ranks):
-            return "ran"  # a failure: probe() reports it with the rank's output
-        logs = [out / f"calls{rank}.jsonl" for rank in range(WORLD_SIZE)]
+        codes = [p.poll() for p in ranks]
+        if None not in codes or any(code not in (None, 0) for code in codes):
+            return "exited"
         current = [path.stat().st_size if path.exists() else 0 for path in logs]
         trained = all(any(e[0] == "ready" for e in _read_log(path)) for path in logs)
         if current != sizes:
@@ -292,17 +305,16 @@ def _watch(ranks, out, stall_s, timeout_s, start) -> str:
         elif trained and now - moved > stall_s:
             for process in ranks:
                 os.kill(process.pid, signal.SIGUSR1)  # faulthandler: dump every thread
+            stacks = [out / f"stacks{rank}.txt" for rank in range(len(ranks))]
             deadline = now + 5
-            while now < deadline and not all(
-                    "Thread 0x" in (out / f"stacks{r}.txt").read_text()
-                    for r in range(WORLD_SIZE)):
+            while time.monotonic() < deadline and not all(
+                    path.exists() and "Thread 0x" in path.read_text() for path in stacks):
                 time.sleep(0.05)
-                now = time.monotonic()
             time.sleep(0.2)  # let the dump finish
             return "hung"
         if now - start > timeout_s:
-            raise ProbeError(f"the ranks neither finished nor started training within "
-                             f"{timeout_s:g} s")
+            raise ProbeError(f"the ranks did not finish within {timeout_s:g} s (and did not "
+                             f"stall once training)")
         time.sleep(0.05)
 
 
