@@ -4,6 +4,7 @@ Hand-made timelines first (exact values), then a real measured one over gloo at 
 """
 
 import json
+import random
 
 import pytest
 
@@ -75,6 +76,123 @@ def test_fit_alpha_beta_recovers_a_line():
         tl.fit_alpha_beta([1e3, 1e3], [1.0, 2.0])
 
 
+def ols_slope(sizes, seconds):
+    """Ordinary least squares' b of t = a + b·S: what fit_alpha_beta did before."""
+    mean_s, mean_t = sum(sizes) / len(sizes), sum(seconds) / len(seconds)
+    return sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes, seconds, strict=True)) / sum(
+        (s - mean_s) ** 2 for s in sizes)
+
+
+A, B = 3e-4, 1e-9  # 0.3 ms and 1 GB/s: about gloo on loopback here
+
+
+def loaded_timings(sizes, repeats, seed, late=()):
+    """(sizes, seconds) with one entry per repeat: t = A + B·S, up to 0.5 ms of jitter, and
+    30-50 ms more on the (size index, repeat) pairs in ``late``: a rank descheduled."""
+    rng = random.Random(seed)
+    flat_sizes, seconds = [], []
+    for repeat in range(repeats):
+        for index, size in enumerate(sizes):
+            late_s = rng.uniform(30e-3, 50e-3) if (index, repeat) in late else 0.0
+            flat_sizes.append(size)
+            seconds.append(A + B * size + rng.uniform(0, 0.5e-3) + late_s)
+    return flat_sizes, seconds
+
+
+def test_late_small_all_reduces_turn_least_squares_negative_but_not_the_fit():
+    # The issue's design (4 KiB, P / 4, P at P = 4 MB, 5 repeats), with two of the five 4 KiB
+    # repeats late: least squares tilts the line below zero, as it did on the loaded machine.
+    sizes, seconds = loaded_timings([4096, 1e6, 4e6], 5, seed=7, late={(0, 1), (0, 3)})
+    assert ols_slope(sizes, seconds) < 0
+    a, b = tl.fit_alpha_beta(sizes, seconds)
+    assert b == pytest.approx(B, rel=0.15) and 0 <= a < 1e-3
+
+
+def test_timings_that_do_not_grow_with_size_raise_naming_them():
+    with pytest.raises(tl.AlphaBetaFitError) as raised:
+        tl.fit_alpha_beta([4096, 1e6, 4e6, 4e6], [3e-3, 2e-3, 1e-3, 1.5e-3])
+    message = str(raised.value)
+    assert isinstance(raised.value, ValueError)
+    assert "b > 0" in message
+    # the sizes and the median per size (4 MB: median of 1 ms and 1.5 ms)
+    for shown in ("4096 B: 3.000e-03 s", "1e+06 B: 2.000e-03 s", "4e+06 B: 1.250e-03 s"):
+        assert shown in message
+    assert raised.value.sizes_bytes == [4096, 1e6, 4e6]
+    assert raised.value.seconds == [3e-3, 2e-3, 1.25e-3] and raised.value.slope < 0
+    with pytest.raises(tl.AlphaBetaFitError, match="median pairwise slope is 0.000e"):
+        tl.fit_alpha_beta([4096, 1e6, 4e6], [1e-3, 1e-3, 1e-3])  # flat: b = 0 is no model
+
+
+@pytest.mark.parametrize("index", [0, 2, 4])  # the smallest, a middle, the largest size
+def test_one_huge_timing_barely_moves_the_slope(index):
+    sizes = [4096, 2e6, 4e6, 8e6, 16e6]
+    _, clean = tl.fit_alpha_beta(*loaded_timings(sizes, 1, seed=3))
+    one_each, seconds = loaded_timings(sizes, 1, seed=3, late={(index, 0)})
+    seconds[index] += 1.0  # one all-reduce a second late, and no repeat to outvote it
+    assert abs(ols_slope(one_each, seconds) - B) > B  # least squares is thrown off
+    _, b = tl.fit_alpha_beta(one_each, seconds)
+    assert b == pytest.approx(clean, rel=0.1) and b == pytest.approx(B, rel=0.15)
+    repeated, seconds = loaded_timings(sizes, 7, seed=3, late={(index, 2)})
+    seconds[2 * len(sizes) + index] += 1.0  # one of seven repeats: its size's median ignores it
+    assert tl.fit_alpha_beta(repeated, seconds)[1] == pytest.approx(B, rel=0.15)
+
+
+@pytest.mark.parametrize("sizes, seconds, match", [
+    ([1e3, 1e6], [1e-3], "same length, got 2 and 1"),
+    ([1e3, float("nan")], [1e-3, 2e-3], r"sizes_bytes must hold finite.*nan at index 1"),
+    ([1e3, 1e6], [1e-3, float("inf")], r"seconds must hold finite.*inf at index 1"),
+    ([-1, 1e6], [1e-3, 2e-3], r"sizes_bytes must hold finite, non-negative.*-1 at index 0"),
+    ([1e3, 1e6], [-1e-3, 2e-3], r"seconds must hold finite, non-negative.*-0.001 at index 0"),
+    ([1e3, "1e6"], [1e-3, 2e-3], r"sizes_bytes must hold.*'1e6' at index 1"),
+    ([1e3, 1e6], [None, 2e-3], r"seconds must hold.*None at index 0"),
+    ([1e3, 1e6], [True, 2e-3], r"seconds must hold.*True at index 0"),
+    ([], [], "sizes_bytes needs at least two different sizes"),
+    ([1e3, 1e3, 1e3], [1e-3, 2e-3, 3e-3], "sizes_bytes needs at least two different sizes"),
+])
+def test_fit_alpha_beta_checks_its_input(sizes, seconds, match):
+    with pytest.raises(ValueError, match=match) as raised:
+        tl.fit_alpha_beta(sizes, seconds)
+    assert not isinstance(raised.value, tl.AlphaBetaFitError)
+
+
+def test_calibration_sizes_span_four_times_the_model():
+    from dpcost.measure.timed import calibration_sizes
+
+    sizes = calibration_sizes(4_000_000)
+    assert sizes[0] == 4096 and sizes[-1] >= 4 * 4_000_000 and len(sizes) == 5
+    assert sizes == sorted(set(sizes)) and all(size % 4 == 0 for size in sizes)
+    assert [sizes[-1] // size for size in sizes[1:]] == [8, 4, 2, 1]
+    assert len(set(calibration_sizes(10))) == 5  # a tiny model: still five different sizes
+    big = calibration_sizes(10**9)  # a large one: the buffer is never larger than the model
+    assert big[-1] == 10**9 and big[1] > 100e6
+
+
+def timed_report(calibrations):
+    """A report with one hand-made DDP timeline per rank and a DP one, as overlap_table reads."""
+    return {"scenarios": {
+        "ddp-timeline": [{"rank": rank, "timeline": ddp_iteration(),
+                          "allreduce_calibration": calibration}
+                         for rank, calibration in enumerate(calibrations)],
+        "dp-timeline": [{"rank": 0, "timeline": [[0, *event] for event in (
+            ("comm", "parameters out", 0, 5 * MS), ("compute", "forward", 5 * MS, 9 * MS))]}]}}
+
+
+def test_overlap_table_reports_a_failed_fit_instead_of_crashing():
+    good = {"sizes_bytes": [4096, 2e6, 4e6], "seconds": [1e-3 + 4096e-9, 3e-3, 5e-3]}
+    bad = {"sizes_bytes": [4096, 2e6, 4e6], "seconds": [5e-3, 3e-3, 1e-3]}
+    rows = tl.overlap_table(timed_report([good, bad]),
+                            {"DDP": "ddp-timeline", "DP": "dp-timeline"})
+    assert rows[0]["link_gb_per_s"] == pytest.approx(1.0) and "model_fit_error" not in rows[0]
+    assert rows[0]["link_alpha_ms"] == pytest.approx(1.0)
+    assert "4096 B: 5.000e-03 s" in rows[1]["model_fit_error"]
+    assert not {"model_exposed_comm_ms", "link_gb_per_s", "link_alpha_ms"} & set(rows[1])
+    assert rows[1]["exposed_comm_ms"] == pytest.approx(9.0)  # the measurement still stands
+    lines = tl.render_overlap_table(rows).splitlines()
+    assert lines[2].rstrip().endswith("%") and lines[3].rstrip().endswith("fit failed")
+    assert lines[4].rstrip().endswith("-")  # DataParallel: no model
+    assert lines[5].startswith("model fit failed for DDP, rank 1: cannot fit t = a + b·S")
+
+
 def test_bucket_sizes_are_read_from_the_event_names():
     events = [tuple(e[1:]) for e in ddp_iteration()]
     assert [size for _, _, size in tl.bucket_events(events)] == [4000, 2000]
@@ -116,9 +234,17 @@ def test_a_measured_ddp_timeline_overlaps_buckets_with_backward(measured):
             assert buckets[0][0] < backward[3]  # the first bucket starts before backward ends
             assert min(ready) < buckets[0][0] <= max(ready)
         calibration = row["allreduce_calibration"]
-        a, b = tl.fit_alpha_beta(calibration["sizes_bytes"], calibration["seconds"])
+        sizes = calibration["sizes_bytes"]
+        assert sizes[0] == 4096 and sizes[-1] >= 4 * measured["param_bytes"]
+        assert [len(times) for times in calibration["repeat_seconds"]] == \
+            [calibration["repeats"]] * len(sizes)
+        a, b = tl.fit_alpha_beta(sizes, calibration["seconds"])  # medians per size
+        # ... and the same fit from every repeat: the fit takes the medians itself
+        assert (a, b) == tl.fit_alpha_beta(
+            [size for size, times in zip(sizes, calibration["repeat_seconds"], strict=True)
+             for _ in times], [t for times in calibration["repeat_seconds"] for t in times])
         predicted = tl.predicted_ddp(row["timeline"], a, b)
-        assert b > 0 and 0 <= predicted["exposed_fraction"] <= 1
+        assert b > 0 and a >= 0 and 0 <= predicted["exposed_fraction"] <= 1
         assert predicted["comm_s"] == pytest.approx(
             len(tl.bucket_events(events)) * a + measured["param_bytes"] * b)
 

@@ -69,28 +69,60 @@ def timed_allreduce_hook(recorder: Recorder, bucket):
     return dist.all_reduce(tensor, async_op=True).get_future().then(done)
 
 
-def calibrate_allreduce(nbytes: int, device="cpu", repeats: int = 5) -> dict:
-    """Median seconds of a lone all-reduce of 4 KiB, nbytes / 4 and nbytes float32 bytes.
+CALIBRATION_MIN_BYTES = 4096  # the smallest all-reduce timed: nearly all latency, it pins a
+CALIBRATION_CAP_BYTES = 32 << 20  # at 32 MiB (~40 ms here) the slope dwarfs any jitter
 
-    Run with nothing else going on, so that ``timeline.fit_alpha_beta`` can fit t = a + b·S
-    for the overlap model; every rank must call it (it is a collective).
+
+def calibration_sizes(nbytes: int) -> list[int]:
+    """Bytes of the all-reduces ``calibrate_allreduce`` times for a model of ``nbytes`` bytes.
+
+    4 KiB, and top / 8, top / 4, top / 2, top, with top = 4·nbytes (at least 64 KiB; above
+    8 MiB of model, max(nbytes, 32 MiB), which bounds the time and the buffer at a large
+    model), rounded up to a multiple of 32 bytes so that every size is whole float32 elements.
+
+    Why not a ladder all the way down: on 2 loaded cores an all-reduce comes out up to ~4 ms
+    late (a scheduler tick), more than a 256 KiB all-reduce lasts; pairs of small sizes give
+    slopes of pure noise, and Theil–Sen (``timeline.fit_alpha_beta``) counts pairs. Here the two
+    closest sizes, 4 KiB and top / 8, are half the model apart (top = 4·nbytes), the rest further.
+    """
+    top = max(4 * nbytes, 64 << 10)
+    if top > CALIBRATION_CAP_BYTES:
+        top = max(nbytes, CALIBRATION_CAP_BYTES)
+    top = -(-int(top) // 32) * 32
+    return [CALIBRATION_MIN_BYTES, top // 8, top // 4, top // 2, top]
+
+
+def calibrate_allreduce(nbytes: int, device="cpu", repeats: int = 7) -> dict:
+    """Lone all-reduces of float32 tensors timed at ``calibration_sizes(nbytes)``, ``repeats``
+    times each, for ``timeline.fit_alpha_beta`` to fit t = a + b·S for the overlap model.
+
+    Returns ``sizes_bytes`` (bytes, ascending), ``seconds`` (the median seconds of each size's
+    repeats, one per size: what ``fit_alpha_beta`` takes), ``repeat_seconds`` (every repeat,
+    seconds, one list per size) and ``repeats``. Each timing starts after a barrier, on this
+    rank's ``time.perf_counter_ns``. The sizes are interleaved, one round of all sizes per
+    repeat, so that a burst of load on the machine hits one repeat of several sizes rather
+    than every repeat of one size (which would move its median). Run it with nothing else going
+    on; every rank must call it (it is a collective). One buffer of the largest size is reused.
     """
     import statistics
 
     import torch
 
-    sizes = sorted({4096, max(4096, nbytes // 4), max(8192, nbytes)})
-    seconds = []
-    for size in sizes:
-        tensor = torch.zeros(size // 4, device=device)
-        times = []
-        for _ in range(repeats):
+    sizes = calibration_sizes(nbytes)
+    buffer = torch.zeros(sizes[-1] // 4, device=device)
+    on_gpu = torch.device(device).type == "cuda"
+    repeat_seconds = [[] for _ in sizes]
+    for _ in range(repeats):
+        for size, times in zip(sizes, repeat_seconds, strict=True):
+            tensor = buffer[: size // 4]
             dist.barrier()
             start = now()
             dist.all_reduce(tensor)
+            if on_gpu:  # NCCL returns once the all-reduce is queued, not done
+                torch.cuda.synchronize(device)
             times.append((now() - start) / 1e9)
-        seconds.append(statistics.median(times))
-    return {"sizes_bytes": sizes, "seconds": seconds}
+    return {"sizes_bytes": sizes, "seconds": [statistics.median(t) for t in repeat_seconds],
+            "repeat_seconds": repeat_seconds, "repeats": repeats}
 
 
 class TimedDDPScenario(DDPScenario):

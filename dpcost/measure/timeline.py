@@ -11,14 +11,18 @@ the ``loss.backward()`` call lasts until DDP has waited for every bucket, so its
 is taken to end at the last gradient ready; what follows is the exposed tail.
 
 The overlap model predicts that tail from when each bucket was handed to the all-reduce, r_k,
-and an α-β cost per all-reduce of S_k bytes, t(S) = a + b·S (fitted on this machine): all-reduces
-run one after another (one gloo thread per process group), so bucket k completes at
-c_k = max(r_k, c_{k-1}) + t(S_k), and the exposed tail is c_K - (last gradient ready).
+and an α-β cost per all-reduce of S_k bytes, t(S) = a + b·S (fitted on this machine from lone
+all-reduces, ``fit_alpha_beta``): all-reduces run one after another (one gloo thread per
+process group), so bucket k completes at c_k = max(r_k, c_{k-1}) + t(S_k), and the exposed tail
+is c_K - (last gradient ready).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import numbers
 import statistics
 
 LANES = ("compute", "comm", "grad")
@@ -99,15 +103,71 @@ def bucket_events(events) -> list:
     return sorted(out)
 
 
+class AlphaBetaFitError(ValueError):
+    """The timings give no positive seconds per byte, so there is no α-β model to fit.
+
+    ``sizes_bytes`` and ``seconds``: the distinct sizes, ascending, and the median seconds at
+    each, as the fit saw them; ``slope``: the median pairwise slope it found, in seconds per byte.
+    """
+
+    def __init__(self, sizes_bytes, seconds, slope):
+        self.sizes_bytes, self.seconds, self.slope = list(sizes_bytes), list(seconds), slope
+        points = ", ".join(f"{size:g} B: {t:.3e} s" for size, t in zip(sizes_bytes, seconds,
+                                                                         strict=True))
+        super().__init__(
+            f"cannot fit t = a + b·S with b > 0: the median pairwise slope is {slope:.3e} s/B. "
+            f"Median seconds per size: {points}. The timings do not grow with the size: the "
+            "machine was too busy for them, or the sizes are too close together; time larger "
+            "sizes or more repeats")
+
+
+def _finite_non_negative(values, name: str) -> list[float]:
+    out = []
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must hold finite, non-negative numbers, got {value!r} at "
+                             f"index {index}")
+        out.append(float(value))
+    return out
+
+
 def fit_alpha_beta(sizes_bytes, seconds) -> tuple[float, float]:
-    """Least-squares a, b of t = a + b·S over measured (S, t) pairs: seconds, seconds per byte."""
-    n = len(sizes_bytes)
-    if n < 2 or len(set(sizes_bytes)) < 2:
-        raise ValueError("sizes_bytes needs at least two different sizes")
-    mean_s, mean_t = sum(sizes_bytes) / n, sum(seconds) / n
-    b = sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes_bytes, seconds, strict=True)) / sum(
-        (s - mean_s) ** 2 for s in sizes_bytes)
-    return max(mean_t - b * mean_s, 0.0), b
+    """a (seconds) and b (seconds per byte) of t = a + b·S over measured (S, t) pairs.
+
+    ``sizes_bytes[i]`` bytes took ``seconds[i]`` seconds; a size may repeat (one entry per timed
+    repeat). Robust to a busy machine, where a few timings come out milliseconds late:
+
+    1. t̃(S) = the median of the seconds timed at each distinct size S (late repeats drop out);
+    2. b = the median, over all pairs S_i < S_j, of (t̃(S_j) - t̃(S_i)) / (S_j - S_i): the
+       Theil–Sen slope, which ignores a minority of bad sizes that would tilt least squares,
+       even into a negative slope;
+    3. a = max(0, median over S of t̃(S) - b·S): a latency is not negative.
+
+    Raises ``ValueError`` for lists of different lengths, values that are not finite and
+    non-negative, or fewer than two different sizes; ``AlphaBetaFitError`` (a ``ValueError``)
+    when b ≤ 0: a negative seconds per byte is no model, and none is returned.
+    """
+    sizes_bytes, seconds = list(sizes_bytes), list(seconds)
+    if len(sizes_bytes) != len(seconds):
+        raise ValueError(f"sizes_bytes and seconds must have the same length, got "
+                         f"{len(sizes_bytes)} and {len(seconds)}")
+    sizes = _finite_non_negative(sizes_bytes, "sizes_bytes")
+    times = _finite_non_negative(seconds, "seconds")
+    by_size = {}
+    for size, t in zip(sizes, times, strict=True):
+        by_size.setdefault(size, []).append(t)
+    if len(by_size) < 2:
+        raise ValueError(f"sizes_bytes needs at least two different sizes, got "
+                         f"{sorted(by_size)}")
+    distinct = sorted(by_size)
+    medians = [statistics.median(by_size[size]) for size in distinct]
+    points = list(zip(distinct, medians, strict=True))
+    b = statistics.median((t_j - t_i) / (s_j - s_i)
+                          for (s_i, t_i), (s_j, t_j) in itertools.combinations(points, 2))
+    if not b > 0:
+        raise AlphaBetaFitError(distinct, medians, b)
+    return max(0.0, statistics.median(t - b * s for s, t in points)), b
 
 
 def predicted_exposed_s(ready_ns, sizes_bytes, a: float, b: float, last_ready_ns: int) -> float:
@@ -180,13 +240,29 @@ def timelines_of(report: dict, labels: dict) -> dict:
             for label, name in labels.items()}
 
 
+def _model_columns(row: dict) -> dict:
+    """overlap_table's model keys for one DDP rank, or {"model_fit_error": message}."""
+    calibration = row["allreduce_calibration"]
+    try:
+        a, b = fit_alpha_beta(calibration["sizes_bytes"], calibration["seconds"])
+    except AlphaBetaFitError as error:
+        return {"model_fit_error": str(error)}
+    model = predicted_ddp(row["timeline"], a, b)
+    return {"model_exposed_comm_ms": model["exposed_comm_s"] * 1e3,
+            "model_comm_ms": model["comm_s"] * 1e3,
+            "model_exposed_fraction": model["exposed_fraction"],
+            "link_alpha_ms": a * 1e3, "link_gb_per_s": 1 / b / 1e9}
+
+
 def overlap_table(report: dict, labels: dict) -> list[dict]:
     """One row per (scenario, rank): measured medians in ms, and for DDP the overlap model's.
 
     Keys: step_ms, compute_ms, comm_ms, exposed_comm_ms, exposed_fraction; for DDP also
-    model_exposed_comm_ms, model_comm_ms, model_exposed_fraction, link_alpha_ms and
-    link_gb_per_s, from the lone all-reduces each DDP rank timed before training
-    (``timed.calibrate_allreduce``), fitted as t = a + b·S.
+    model_exposed_comm_ms, model_comm_ms, model_exposed_fraction, link_alpha_ms (a in ms) and
+    link_gb_per_s (1 / b in GB/s), from the lone all-reduces each DDP rank timed before training
+    (``timed.calibrate_allreduce``), fitted as t = a + b·S (``fit_alpha_beta``). Where those
+    timings give no positive b, the row has model_fit_error (the fit's message) instead of the
+    model's keys: one noisy rank must not stop a lesson.
     """
     rows = []
     for label, name in labels.items():
@@ -197,28 +273,33 @@ def overlap_table(report: dict, labels: dict) -> list[dict]:
             for key in ("step", "compute", "comm", "exposed_comm"):
                 entry[f"{key}_ms"] = measured[f"{key}_s"] * 1e3
             if "allreduce_calibration" in row:
-                calibration = row["allreduce_calibration"]
-                a, b = fit_alpha_beta(calibration["sizes_bytes"], calibration["seconds"])
-                model = predicted_ddp(row["timeline"], a, b)
-                entry.update(model_exposed_comm_ms=model["exposed_comm_s"] * 1e3,
-                             model_comm_ms=model["comm_s"] * 1e3,
-                             model_exposed_fraction=model["exposed_fraction"],
-                             link_alpha_ms=a * 1e3, link_gb_per_s=1 / b / 1e9 if b > 0 else None)
+                entry.update(_model_columns(row))
             rows.append(entry)
     return rows
 
 
 def render_overlap_table(rows: list[dict]) -> str:
-    """``overlap_table`` for people: ms per iteration, medians over the measured window."""
+    """``overlap_table`` for people: ms per iteration, medians over the measured window.
+
+    The model column shows "-" for rows without a model (DataParallel) and "fit failed" where
+    the α-β fit failed; each failure's message follows the table.
+    """
     lines = [f"{'scenario':<32} {'rank':>4} {'step':>7} {'compute':>8} {'comm':>7} "
              f"{'exposed':>8} {'exposed':>8}   {'model: exposed':<16}",
              f"{'':<32} {'':>4} {'ms':>7} {'ms':>8} {'ms':>7} {'ms':>8} {'share':>8}"]
+    failures = []
     for row in rows:
-        model = (f"{row['model_exposed_comm_ms']:.1f} ms, "
-                 f"{100 * row['model_exposed_fraction']:.0f} %"
-                 if "model_exposed_comm_ms" in row else "-")
+        if "model_fit_error" in row:
+            model = "fit failed"
+            failures.append(f"{row['scenario']}, rank {row['rank']}: {row['model_fit_error']}")
+        elif "model_exposed_comm_ms" in row:
+            model = (f"{row['model_exposed_comm_ms']:.1f} ms, "
+                     f"{100 * row['model_exposed_fraction']:.0f} %")
+        else:
+            model = "-"
         lines.append(f"{row['scenario']:<32} {row['rank']:>4} {row['step_ms']:>7.1f} "
                      f"{row['compute_ms']:>8.1f} {row['comm_ms']:>7.1f} "
                      f"{row['exposed_comm_ms']:>8.1f} {100 * row['exposed_fraction']:>7.0f}%   "
                      f"{model:<16}")
+    lines.extend(f"model fit failed for {failure}" for failure in failures)
     return "\n".join(lines)
