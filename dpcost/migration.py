@@ -206,6 +206,24 @@ def script_diff(without_bugs: bool = True, context: int = 0) -> list[str]:
                                      lineterm="", n=context))
 
 
+def rounded(line: dict, digits: int = 4) -> dict:
+    """A copy of a script's JSON line with every float to ``digits`` significant digits.
+
+    For display: float32 training gives other last digits on other CPUs, kernel sets
+    (``ATEN_CPU_CAPABILITY``) and thread counts, so a lesson shows 0.3782, not 0.3781767189502716.
+    The line itself keeps full precision for programs.
+    """
+    def show(value):
+        if isinstance(value, float):
+            return float(f"{value:.{digits}g}")
+        if isinstance(value, list):
+            return [show(v) for v in value]
+        if isinstance(value, dict):
+            return {k: show(v) for k, v in value.items()}
+        return value
+    return show(line)
+
+
 def max_param_diff(a: dict, b: dict) -> float:
     """Largest |difference| between two results' parameters (inf if the shapes differ)."""
     pa, pb = a["params"], b["params"]

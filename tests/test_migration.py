@@ -173,3 +173,15 @@ def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     assert alive == []
     assert not [p for p in psutil.process_iter(["cmdline"])  # nothing of ours, anywhere
                 if "dpcost.migration" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_rounded_shows_floats_to_four_significant_digits_and_keeps_the_rest():
+    line = {"final_loss": 0.3781767189502716, "param_checksum": 125.73381007976423,
+            "samples_per_rank": [288], "steps": 18, "checkpoint_ok": None,
+            "rank_checksums": [1.23456789, 2.0], "nested": {"x": 1.0e-7 + 1e-15}}
+    shown = m.rounded(line)
+    assert shown == {"final_loss": 0.3782, "param_checksum": 125.7, "samples_per_rank": [288],
+                     "steps": 18, "checkpoint_ok": None, "rank_checksums": [1.235, 2.0],
+                     "nested": {"x": 1e-07}}
+    assert line["final_loss"] == 0.3781767189502716  # the line itself is left as it was
+    assert m.rounded(line, digits=2)["param_checksum"] == 130.0
