@@ -1,0 +1,53 @@
+"""Which tests run serially: those that start ranks, torchrun or time-bounded processes.
+
+`make test` runs everything else on both cores (`pytest -n 2 -m "not serial"`), then these alone
+(`pytest -m serial`), so a multi-process test never shares its cores with another test and its
+timeouts and orderings stay what they are on an idle machine. A new test file or notebook that
+starts processes goes in this list, and in benchmarks/repeat.py's MULTIPROCESS_TESTS
+(tests/test_portable_outputs.py checks that the two agree).
+"""
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+
+SERIAL = (
+    # ranks over gloo, torchrun agents, or timed hangs and signals
+    "tests/test_measure_torchrun.py",
+    "tests/test_measure_launch.py",
+    "tests/test_measure_cli.py",
+    "tests/test_measure_preflight.py",
+    "tests/test_measure_scenarios.py",
+    "tests/test_measure_traffic.py",
+    "tests/test_measure_timeline.py",
+    "tests/test_measure_strategies.py",
+    "tests/test_powersgd_gloo.py",
+    "tests/test_examples.py",
+    "tests/test_migration.py",
+    "tests/test_exercises_migrate.py",
+    "tests/test_exercises_sandbox.py",
+    "tests/test_gpu_memory_check.py",
+    # a kernel driven from a browser, with readiness waits
+    "tests/test_explorer_browser.py",
+    # notebooks that start process groups
+    "notebooks/06_measure_it.ipynb",
+    "notebooks/07_time_and_overlap.ipynb",
+    "notebooks/08_beyond_ddp.ipynb",
+    "notebooks/09_moving_to_ddp.ipynb",
+    "notebooks/ex3_migrate.ipynb",
+    "notebooks/instructor/ex3_migrate.ipynb",
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serial: starts ranks or time-bounded processes; runs alone (conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    serial = {ROOT / name for name in SERIAL}
+    for item in items:
+        if Path(str(item.path)).resolve() in serial:
+            item.add_marker(pytest.mark.serial)
