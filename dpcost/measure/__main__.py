@@ -11,6 +11,7 @@ its cause; SIGINT (Ctrl-C) and SIGTERM end every rank, print one line and exit w
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
@@ -185,6 +186,8 @@ def _main(args) -> int:
         return _refuse(problem)
     if not _under_torchrun():  # torchrun's agent signals its workers itself
         signal.signal(signal.SIGTERM, _raise_terminated)
+    # `kill -USR1 PID` prints where every thread of a stuck run is, to stderr, and carries on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     extra = {}
     if "dataparallel-cuda" in wanted:
         gpus = _gpu_count()
