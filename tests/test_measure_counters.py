@@ -58,11 +58,20 @@ def test_the_excluded_port_is_left_out(connected_pair):
 def test_peak_rss_sees_a_freed_allocation():
     if not counters.reset_peak_rss():
         pytest.skip("/proc/self/clear_refs is not writable here")
-    start = counters.current_rss_bytes()
-    block = bytearray(64 * 2**20)  # zero-filled by calloc or memset: resident either way
-    block[::4096] = b"\x01" * len(block[::4096])
-    del block
-    assert counters.peak_rss_bytes() - start >= 60 * 2**20
+    # In a large, long-lived process (a pytest-xdist worker at 876 MB) one reading fell 31 MB
+    # short of a 64 MB block, likely because Linux (6.2 on) sums RSS from per-CPU counters
+    # lazily; a 128 MB block, the best of three tries and a 96 MB bar leave room for that lag.
+    seen = []
+    for _ in range(3):
+        counters.reset_peak_rss()
+        start = counters.current_rss_bytes()
+        block = bytearray(128 * 2**20)  # zero-filled by calloc or memset: resident either way
+        block[::4096] = b"\x01" * len(block[::4096])
+        del block
+        seen.append(counters.peak_rss_bytes() - start)
+        if seen[-1] >= 96 * 2**20:
+            break
+    assert max(seen) >= 96 * 2**20, [f"{s / 2**20:.0f} MiB" for s in seen]
 
 
 def test_the_bucket_counter_starts_at_zero():
