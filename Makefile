@@ -15,7 +15,7 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e ".[dev,slides,measure]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,slides,measure]"
 	touch $@
 
 # Rewrite constraints.txt from .venv after a deliberate upgrade there; commit it with the re-executed

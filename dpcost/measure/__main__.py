@@ -186,8 +186,6 @@ def _main(args) -> int:
         return _refuse(problem)
     if not _under_torchrun():  # torchrun's agent signals its workers itself
         signal.signal(signal.SIGTERM, _raise_terminated)
-    # `kill -USR1 PID` prints where every thread of a stuck run is, to stderr, and carries on
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     extra = {}
     if "dataparallel-cuda" in wanted:
         gpus = _gpu_count()
@@ -244,4 +242,7 @@ def _main(args) -> int:
 
 
 if __name__ == "__main__":
+    # As a program (not main() called in a process of yours): `kill -USR1 PID` prints where every
+    # thread of a stuck run is, to stderr, and the run carries on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     sys.exit(main())
