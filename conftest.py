@@ -3,8 +3,7 @@
 `make test` runs everything else on both cores (`pytest -n 2 -m "not serial"`), then these alone
 (`pytest -m serial`), so a multi-process test never shares its cores with another test and its
 timeouts and orderings stay what they are on an idle machine. A new test file or notebook that
-starts processes goes in this list, and in benchmarks/repeat.py's MULTIPROCESS_TESTS
-(tests/test_portable_outputs.py checks that the two agree).
+starts processes goes in this list; benchmarks/repeat.py repeats every test file in it.
 """
 
 from pathlib import Path

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,29 +26,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
-# Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
-MULTIPROCESS_TESTS = [
-    "tests/test_measure_torchrun.py",
-    "tests/test_measure_launch.py",
-    "tests/test_measure_cli.py",
-    "tests/test_measure_preflight.py",
-    "tests/test_measure_scenarios.py",
-    "tests/test_measure_traffic.py",
-    "tests/test_measure_timeline.py",
-    "tests/test_measure_strategies.py",
-    "tests/test_powersgd_gloo.py",
-    "tests/test_examples.py",
-    "tests/test_migration.py",
-    "tests/test_exercises_migrate.py",
-    "tests/test_exercises_sandbox.py",
-    "tests/test_explorer_browser.py",
+
+def _serial_tests() -> list[str]:
+    """The test files that conftest.py runs alone: they start ranks, torchrun or timed processes."""
+    spec = importlib.util.spec_from_file_location("dpcost_root_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [name for name in module.SERIAL if name.startswith("tests/")]
+
+
+# These start kernels, servers, a browser or a fresh venv too, but run beside the pure tests.
+PARALLEL_PROCESS_TESTS = [
     "tests/test_make_lab.py",
-    "tests/test_gpu_memory_check.py",
     "tests/test_package.py",
     "tests/test_site.py",
     "tests/test_slides.py",
     "tests/test_nbgrader.py",
 ]
+# Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
+MULTIPROCESS_TESTS = _serial_tests() + PARALLEL_PROCESS_TESTS
+
 COMMANDS = {  # the issue's reproduction: failed 6 times in 20 before the fix
     "torchrun -m dpcost.measure (2 ranks)": [
         TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "dpcost.measure", "--backend",

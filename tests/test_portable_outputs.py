@@ -132,7 +132,8 @@ def test_make_portable_reruns_every_notebook_that_trains_or_times():
 
 def test_serial_tests_are_the_multiprocess_ones():
     """conftest.py's SERIAL runs alone in make test; benchmarks/repeat.py repeats what starts
-    processes. Every serial test file is repeated, and every serial notebook needs torch."""
+    processes, read from SERIAL. Every serial test file is repeated, and every serial notebook
+    needs torch."""
     repeat = _load("repeat", ROOT / "benchmarks" / "repeat.py")
     serial = _root_conftest().SERIAL
     assert {name for name in serial if name.startswith("tests/")} <= set(repeat.MULTIPROCESS_TESTS)
