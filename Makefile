@@ -12,10 +12,17 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
         portable portable-first portable-second
 
 # Ranges in pyproject.toml, exact versions (those behind the committed outputs) in constraints.txt.
+# uv installs them in about half pip's time (30 s against 57 s on this project's 2-core machine,
+# byte-compiled, caches warm); pip installs them where uv fails. uv reads no pip settings: pip's
+# extra index (PyTorch's CPU build, in CI) and find-links (a local torch wheel) are passed on.
+UV_FLAGS = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) \
+    $(if $(PIP_EXTRA_INDEX_URL),--extra-index-url $(PIP_EXTRA_INDEX_URL) --index-strategy unsafe-best-match)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,slides,measure]"
+	$(PY) -m pip install --quiet -c constraints.txt --upgrade pip uv
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode -c constraints.txt \
+	    $(UV_FLAGS) -e ".[dev,slides,measure]" \
+	  || $(PY) -m pip install --quiet -c constraints.txt -e ".[dev,slides,measure]"
 	touch $@
 
 # Rewrite constraints.txt from .venv after a deliberate upgrade there; commit it with the re-executed

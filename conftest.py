@@ -27,7 +27,6 @@ SERIAL = (
     "tests/test_migration.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
-    "tests/test_gpu_memory_check.py",
     # a kernel driven from a browser, with readiness waits
     "tests/test_explorer_browser.py",
     # notebooks that start process groups

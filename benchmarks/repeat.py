@@ -42,6 +42,7 @@ PARALLEL_PROCESS_TESTS = [
     "tests/test_site.py",
     "tests/test_slides.py",
     "tests/test_nbgrader.py",
+    "tests/test_gpu_memory_check.py",
 ]
 # Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
 MULTIPROCESS_TESTS = _serial_tests() + PARALLEL_PROCESS_TESTS

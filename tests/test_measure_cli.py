@@ -100,9 +100,9 @@ def test_a_signal_ends_every_rank_with_one_line_and_the_shell_status(signum, who
                                env={**os.environ, "DPCOST_TEST_MARK": mark})
     try:
         deadline = time.monotonic() + 120
-        while len(marked_processes(mark)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)  # the CLI, the helper and both ranks are up
-        time.sleep(3)  # inside the run: ranks training
+        while len(marked_processes(mark)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the CLI, its warm process, the helper and both ranks are up
+        time.sleep(1.5)  # inside the run: the ranks set up or train (forked warm: ~0.5 s)
         if whole_group:
             os.killpg(process.pid, signum)
         else:

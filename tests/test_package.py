@@ -259,11 +259,14 @@ def test_fresh_venv_without_torch_runs_lesson_02(wheel, tmp_path, monkeypatch):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    # our pip installs into it (--python); ipykernel is the notebook's kernel, not a dependency.
-    # --no-compile: byte-compiling all of sympy and IPython took longer than importing from source
-    # what lesson 02 needs (the test: 43 s with, 21 s without, on 2 cores).
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install",
-                              "--quiet", "--no-compile", "-c", str(ROOT / "constraints.txt"),
+    # our uv (make's installer) or pip installs into it (--python); ipykernel is the notebook's
+    # kernel, not a dependency. No byte-compiling: compiling all of sympy and IPython took longer
+    # than importing from source what lesson 02 needs (the test: 43 s with, 21 s without, on 2
+    # cores, with pip; uv takes a few seconds).
+    uv = Path(sys.executable).with_name("uv")
+    installer = ([str(uv), "pip", "install", "--python", python] if uv.exists() else
+                 [sys.executable, "-m", "pip", "--python", python, "install", "--no-compile"])
+    install = subprocess.run([*installer, "--quiet", "-c", str(ROOT / "constraints.txt"),
                               str(wheel), "ipykernel"], capture_output=True, text=True,
                              timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]

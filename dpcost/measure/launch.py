@@ -1,11 +1,13 @@
 """Start the ranks on this machine, watch them, and end the run cleanly whatever happens.
 
-``launch(config)`` starts one helper process with multiprocessing's ``spawn`` (a fresh
-interpreter, so it works from a notebook and repeatedly in one session). The helper imports
-torch and ``torch._dynamo`` (which DDP's constructor imports) once, then forks the
-``config.world_size`` ranks: on 2 cores that saves several seconds per rank against importing
-torch in every rank. Ranks die with the helper (``PR_SET_PDEATHSIG``), and the helper kills them
-when it is told to stop, so no process outlives ``launch``.
+``launch(config)`` starts one helper process, which forks the ``config.world_size`` ranks. The
+helper comes from multiprocessing's ``forkserver``: a warm process, started once per calling
+process, that imported torch and ``torch._dynamo`` (which DDP's constructor imports) before forking
+anything. Importing them takes about 4 s on this machine's cores, so a session (a notebook, a test
+run) pays it once instead of once per run; the ranks, forked from the helper, never pay it. The warm
+process ignores SIGINT and SIGTERM and leaves when its caller exits (at exit, the caller waits for
+it). Ranks die with the helper (``PR_SET_PDEATHSIG``), the helper dies with the warm process, and
+the helper kills the ranks when it is told to stop, so no rank or helper outlives ``launch``.
 
 Each rank posts its position (scenario, iteration, phase) to a shared array. ``launch`` raises
 ``MeasureError`` naming the rank and the cause when
@@ -25,6 +27,7 @@ raises ``Terminated``, as the CLI's does) end every rank and raise ``Interrupted
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing
 import os
@@ -37,9 +40,12 @@ import time
 
 from dpcost.measure import worker
 
+# Imported once in the warm process (forkserver); every helper and rank is forked from it.
+WARM_MODULES = ("torch", "torch._dynamo", "torch.distributed")
 GRACE_S = 2.0  # time to let the peers of a failed rank report, so that the first cause wins
 EXIT_TIMEOUT_S = 30.0  # a rank that posted its result must have exited within this time
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+M_MMAP_THRESHOLD = -3  # from <malloc.h>
 
 
 class MeasureError(RuntimeError):
@@ -82,13 +88,64 @@ def _die_with_parent():
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def fork_ranks(config, port, progress, messages):
-    """The helper process: import torch once, fork the ranks, report how each one ended."""
+def warm_context():
+    """multiprocessing's forkserver context, its server started with torch imported.
+
+    The server is started here with SIGINT and SIGTERM ignored (a signal to the whole process
+    group, Ctrl-C in a terminal, must not end it under a run; it leaves when this process
+    exits or closes its end of the server's pipe). Its children get SIGINT ignored too.
+    A server that someone started earlier without these modules still works: each helper
+    then imports torch itself.
+    """
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(WARM_MODULES))
+    main_thread = threading.current_thread() is threading.main_thread()
+    saved = ({sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+             if main_thread else {})
+    try:
+        forkserver.ensure_running()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    global _owner_pid
+    if _owner_pid is None:  # gone before we are, not a moment after: callers count processes
+        _owner_pid = os.getpid()
+        atexit.register(stop_warm_process)
+    return context
+
+
+_owner_pid = None  # the process that started the warm process
+
+
+def stop_warm_process():
+    """End the warm process that this process started, and wait for it (run at exit)."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's own; its tests use it
+    if stop is not None and os.getpid() == _owner_pid:  # not in a forked child
+        stop()
+
+
+def fork_ranks(config, port, progress, messages, environ):
+    """The helper process: fork the ranks, report how each one ended.
+
+    Forked from the warm process, it starts with that process's environment: ``environ`` is
+    the caller's, as a spawned helper would have had it."""
     _die_with_parent()
     # Ctrl-C reaches the whole process group; the launcher alone handles it and ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import torch  # noqa: F401 - imported here so that every forked rank has it already
-    import torch._dynamo  # noqa: F401 - DDP's constructor imports it: pay once, not per rank
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the warm process ignores it; we must not
+    os.environ.clear()
+    os.environ.update(environ)
+    # Large tensors get their own mmap, so freeing one returns it to the kernel and the
+    # peak-RSS reading follows the live tensors. mallopt, not MALLOC_MMAP_THRESHOLD_: glibc
+    # read the environment when the warm process started.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 65536)
+    import torch  # noqa: F401 - already imported by the warm process; a no-op there
+    import torch._dynamo  # noqa: F401 - DDP's constructor imports it: before any process group
 
     ranks = {}
     for rank in range(config.world_size):
@@ -179,30 +236,15 @@ def launch(config: worker.RunConfig, timeout_s: float = 60.0,
     result came}. Raises MeasureError (see the module docstring), Interrupted on SIGINT (and on
     SIGTERM where a handler raises ``Terminated``); leaves no process behind either way.
     """
-    context = multiprocessing.get_context("spawn")
+    context = warm_context()
     progress = context.Array("q", config.world_size, lock=False)
     messages = context.Queue()
     port = free_port()
-    # Large tensors get their own mmap, so freeing one returns it to the kernel and the
-    # peak-RSS reading follows the live tensors (glibc reads this when the helper starts).
-    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    # The helper and its ranks ignore SIGINT (the warm process's children start so, and
+    # fork_ranks keeps it): Ctrl-C then prints no traceback from them; the launcher ends them.
     helper = context.Process(target=fork_ranks, name="dpcost-measure-ranks", daemon=True,
-                             args=(config, port, progress, messages))
-    # Started with SIGINT ignored, the helper's interpreter keeps ignoring it (Python installs
-    # its KeyboardInterrupt handler only where SIGINT is at its default), and so do the ranks
-    # it forks: Ctrl-C then prints no traceback from them; the launcher ends them instead.
-    main_thread = threading.current_thread() is threading.main_thread()
-    sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
-    try:
-        helper.start()
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGINT, sigint)
-        if saved is None:
-            del os.environ["MALLOC_MMAP_THRESHOLD_"]
-        else:
-            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+                             args=(config, port, progress, messages, dict(os.environ)))
+    helper.start()
     try:
         run = _watch(helper, progress, messages, config, timeout_s, startup_timeout_s)
         helper.join(10)  # every rank has exited: the helper is leaving

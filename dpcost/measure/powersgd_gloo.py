@@ -25,13 +25,14 @@ next step issues anything. On NCCL the future completes as soon as the kernels a
 (``ProcessGroupNCCL.cpp``: ``collective``), so the callbacks run at once on the calling thread,
 in bucket order; that is not measured here (no GPU).
 
-:func:`probe` runs one case on 2 gloo ranks, each its own process in its own session, and
-kills both whatever happens. A rank logs every all-reduce it issues (role, bucket, elements) as
-it issues it. When the ranks stop issuing calls for ``stall_s`` seconds the case is "hung":
-each rank dumps its threads' Python stacks (``faulthandler``, SIGUSR1) before it is killed, and
-the result names the hook functions its threads wait in. ``straggler_s`` delays rank 1 before
-each compressed bucket, as a slow rank would, so that the interleaving, and the outcome, are
-the same on every run.
+:func:`probe` runs one case on 2 gloo ranks, each its own process in its own session, and kills both
+whatever happens. The ranks are forked from the launcher's warm process (``launch.warm_context``),
+which imported torch once, so a probe does not pay that per rank. A rank logs every all-reduce it
+issues (role, bucket, elements) as it issues it. When the ranks stop issuing calls for ``stall_s``
+seconds the case is "hung": each rank dumps its threads' Python stacks (``faulthandler``, SIGUSR1)
+before it is killed, and the result names the hook functions its threads wait in. ``straggler_s``
+delays rank 1 before each compressed bucket, as a slow rank would, so that the interleaving, and the
+outcome, are the same on every run.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from dpcost.measure.launch import _die_with_parent, free_port
+from dpcost.measure.launch import _die_with_parent, free_port, warm_context
 
 WIDTH, DEPTH = 500, 4  # scenarios.build_model: 4 x Linear(500), P = 4,008,000 B (fp32)
 WORLD_SIZE = 2
@@ -213,10 +214,11 @@ def _waiting_in_hook(stacks: str) -> list:
 
 def _kill(process):
     if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for kill in (os.killpg, os.kill):  # the group; the rank itself, if not yet its leader
+            try:
+                kill(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     process.wait()
 
 
@@ -236,9 +238,8 @@ def probe(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0, stall_s=STALL_S,
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dpcost-powersgd-") as tmp:
         out, port = Path(tmp), free_port()
-        commands = [[sys.executable, "-m", "dpcost.measure.powersgd_gloo", "--rank", str(rank),
-                     str(port), json.dumps(case), tmp] for rank in range(WORLD_SIZE)]
-        outcome = run_ranks(commands, out, stall_s, timeout_s)
+        ranks = [(rank_main, (rank, port, case, out)) for rank in range(WORLD_SIZE)]
+        outcome = run_ranks(ranks, out, stall_s, timeout_s)
         logs = [_read_log(out / f"calls{rank}.jsonl") for rank in range(WORLD_SIZE)]
         waiting = ([_waiting_in_hook((out / f"stacks{r}.txt").read_text())
                     for r in range(WORLD_SIZE)] if outcome == "hung" else [[], []])
@@ -255,34 +256,74 @@ def probe(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0, stall_s=STALL_S,
             "wall_s": time.monotonic() - start}
 
 
-def run_ranks(commands, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
-    """Start one process per command (rank r writes ``out``/calls{r}.jsonl); "ran" or "hung".
+class _WarmProcess:
+    """A process forked from the warm process, with the parts of Popen that run_ranks uses."""
 
-    Each process runs in a session of its own and is killed with its group at the end,
-    whatever happens. Raises ProbeError, with the tail of every rank's output, when a rank
-    exits non-zero or the ranks have not finished within ``timeout_s``.
+    def __init__(self, process):
+        self.process, self.pid = process, process.pid
+
+    def poll(self):
+        return self.process.exitcode
+
+    @property
+    def returncode(self):
+        return self.process.exitcode
+
+    def wait(self):
+        self.process.join()
+
+
+def _start_warm_rank(target, args, output: Path, env: dict) -> _WarmProcess:
+    process = warm_context().Process(target=_warm_rank_main, daemon=True,
+                                     args=(target, args, str(output), env))
+    process.start()
+    return _WarmProcess(process)
+
+
+def _warm_rank_main(target, args, output: str, env: dict):
+    """In the warm process's child: the session, output and environment that Popen gave."""
+    os.setsid()
+    _die_with_parent()
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    target(*args)
+
+
+def run_ranks(ranks, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
+    """Start one process per rank (rank r writes ``out``/calls{r}.jsonl); "ran" or "hung".
+
+    A rank is ``(function, args)``, forked from the warm process, or a command (a list of
+    str), run as a subprocess. Each process runs in a session of its own and is killed with its
+    group at the end, whatever happens. Raises ProbeError, with the tail of every rank's output,
+    when a rank exits non-zero or the ranks have not finished within ``timeout_s``.
     """
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         filter(None, [str(Path(__file__).resolve().parents[2]),
                       os.environ.get("PYTHONPATH", "")])))
-    outputs = [open(out / f"output{rank}.txt", "w") for rank in range(len(commands))]
-    ranks = []
+    started = []
     try:
-        for command, output in zip(commands, outputs, strict=True):
-            ranks.append(subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                          start_new_session=True, env=env,
-                                          preexec_fn=_die_with_parent))
-        outcome = _watch(ranks, out, stall_s, timeout_s)
+        for rank, spec in enumerate(ranks):
+            path = out / f"output{rank}.txt"
+            if isinstance(spec, tuple):
+                started.append(_start_warm_rank(*spec, path, env))
+                continue
+            with open(path, "w") as output:
+                started.append(subprocess.Popen(spec, stdout=output, stderr=subprocess.STDOUT,
+                                                start_new_session=True, env=env,
+                                                preexec_fn=_die_with_parent))
+        outcome = _watch(started, out, stall_s, timeout_s)
     finally:
-        for process in ranks:
+        for process in started:
             _kill(process)
-        for output in outputs:
-            output.close()
-    if outcome == "exited" and any(p.returncode != 0 for p in ranks):
+    if outcome == "exited" and any(p.returncode != 0 for p in started):
         tails = "\n".join(f"--- rank {r}, exit {p.returncode}:\n"
                           + (out / f"output{r}.txt").read_text()[-2000:]
-                          for r, p in enumerate(ranks))
-        raise ProbeError(f"a rank failed (exit statuses {[p.returncode for p in ranks]}):\n"
+                          for r, p in enumerate(started))
+        raise ProbeError(f"a rank failed (exit statuses {[p.returncode for p in started]}):\n"
                          + tails)
     return "ran" if outcome == "exited" else outcome
 
@@ -349,10 +390,42 @@ def format_table(results) -> str:
     return "\n".join(lines)
 
 
+def default_gloo_threads(timeout_s: float = 60.0) -> tuple[int, int]:
+    """(gloo's ``Options._threads`` for a default process group, the ``pt_gloo_runloop``
+    threads it started), read in a fresh process forked from the warm process: one rank, a
+    default group, destroyed again."""
+    context = warm_context()
+    reader, writer = context.Pipe(duplex=False)
+    process = context.Process(target=_default_gloo_threads_main, args=(writer, free_port()),
+                              daemon=True)
+    process.start()
+    writer.close()
+    try:
+        if not reader.poll(timeout_s):
+            raise ProbeError(f"no answer within {timeout_s:g} s (exit {process.exitcode})")
+        return reader.recv()
+    finally:
+        reader.close()
+        _kill(_WarmProcess(process))
+
+
+def _default_gloo_threads_main(writer, port):
+    import torch
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, 1, True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    for _ in range(100):  # a new thread names itself a moment after it starts
+        workers = sum(Path(f"/proc/self/task/{t}/comm").read_text().strip() == "pt_gloo_runloop"
+                      for t in os.listdir("/proc/self/task"))
+        if workers >= 2:
+            break
+        time.sleep(0.02)
+    writer.send((dist.group.WORLD._get_backend(torch.device("cpu")).options._threads, workers))
+    dist.destroy_process_group()
+
+
 def main(argv) -> int:
-    if argv[:1] == ["--rank"]:
-        rank_main(int(argv[1]), int(argv[2]), json.loads(argv[3]), Path(argv[4]))
-        return 0
     cases = list(LESSON_CASES) + [{"bucket_cap_mb": ONE_BUCKET_MB, "gloo_threads": 1,
                                    "straggler_s": 0.0}]
     if argv[:1] == ["--json"]:

@@ -35,7 +35,7 @@ SLOW_SETUP_S = 3.0
 
 @dataclass
 class RunConfig:
-    """Everything a rank needs, picklable so that ``spawn`` can hand it to a new process."""
+    """Everything a rank needs, picklable so that the launcher can hand it to the helper process."""
 
     world_size: int
     width: int
