@@ -1,9 +1,11 @@
 """Which tests run serially: those that start ranks, torchrun or time-bounded processes.
 
-`make test` runs everything else on both cores (`pytest -n 2 -m "not serial"`), then these alone
-(`pytest -m serial`), so a multi-process test never shares its cores with another test and its
-timeouts and orderings stay what they are on an idle machine. A new test file or notebook that
-starts processes goes in this list; benchmarks/repeat.py repeats every test file in it.
+`make test` runs these one at a time (`pytest -m serial`) and, beside them, everything else on 2
+workers under SCHED_IDLE (`chrt --idle 0 pytest -n 2 -m "not serial"`): Linux runs the idle lane
+only on CPU time that these leave, so a multi-process test keeps its cores whenever it can use
+them, and its timeouts and orderings stay what they are on an idle machine. A new test file or
+notebook that starts processes goes in this list; benchmarks/repeat.py repeats every test file in
+it.
 """
 
 from pathlib import Path
