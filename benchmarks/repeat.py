@@ -6,6 +6,7 @@ runs the torchrun command that used to abort at exit (issue 9) as a plain comman
 
     .venv/bin/python benchmarks/repeat.py                 # K = 20, every test below
     .venv/bin/python benchmarks/repeat.py -k 5 tests/test_measure_torchrun.py
+    .venv/bin/python benchmarks/repeat.py -k 10 notebooks/06_measure_it.ipynb   # under nbval
     .venv/bin/python benchmarks/repeat.py --json out.json
     make stress                                           # the same, K = 20
 
@@ -47,6 +48,10 @@ PARALLEL_PROCESS_TESTS = [
 # Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
 MULTIPROCESS_TESTS = _serial_tests() + PARALLEL_PROCESS_TESTS
 
+# A notebook given on the command line runs under strict nbval, as `make test` runs it.
+NBVAL = ["--nbval", "--nbval-current-env", "--nbval-cell-timeout=300",
+         "--nbval-sanitize-with", str(ROOT / "tests" / "nbval_sanitize.cfg")]
+
 COMMANDS = {  # the issue's reproduction: failed 6 times in 20 before the fix
     "torchrun -m dpcost.measure (2 ranks)": [
         TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "dpcost.measure", "--backend",
@@ -55,7 +60,7 @@ COMMANDS = {  # the issue's reproduction: failed 6 times in 20 before the fix
 
 
 def run_once(command: list[str], timeout: float) -> tuple[bool, float, str]:
-    """(passed, seconds, the last lines of output) for one run of ``command``."""
+    """(passed, seconds, the end of its output: 8,000 characters) for one run of ``command``."""
     start = time.monotonic()
     try:
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
@@ -63,7 +68,7 @@ def run_once(command: list[str], timeout: float) -> tuple[bool, float, str]:
         passed, output = result.returncode == 0, result.stdout + result.stderr
     except subprocess.TimeoutExpired as expired:
         passed, output = False, f"timed out after {timeout:.0f} s\n{expired.stdout or ''}"
-    return passed, time.monotonic() - start, "\n".join(output.strip().splitlines()[-5:])
+    return passed, time.monotonic() - start, output.strip()[-8000:]
 
 
 def main(argv=None) -> int:
@@ -78,8 +83,8 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     tests = args.tests or [t for t in MULTIPROCESS_TESTS if (ROOT / t).exists()]
-    jobs = {t: [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", t]
-            for t in tests}
+    jobs = {t: [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", t,
+                *(NBVAL if t.split("::")[0].endswith(".ipynb") else [])] for t in tests}
     if not args.no_commands and not args.tests:
         jobs.update(COMMANDS)
     counts = {}
@@ -88,9 +93,10 @@ def main(argv=None) -> int:
         for attempt in range(1, args.repeats + 1):
             passed, seconds, tail = run_once(command, args.timeout)
             times.append(seconds)
-            if not passed:
+            if not passed:  # the JSON keeps the whole tail: a test's diagnostics, its stacks
                 failures.append({"attempt": attempt, "tail": tail})
-                print(f"  {name}: run {attempt} FAILED\n    " + tail.replace("\n", "\n    "),
+                last = "\n".join(tail.splitlines()[-5:])
+                print(f"  {name}: run {attempt} FAILED\n    " + last.replace("\n", "\n    "),
                       flush=True)
         counts[name] = {"failed": len(failures), "runs": args.repeats,
                         "median_s": sorted(times)[len(times) // 2], "failures": failures}

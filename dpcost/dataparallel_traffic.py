@@ -72,6 +72,10 @@ __all__ = [
     "coalesced_chunk_sizes",
     "chain_broadcast_bytes",
     "chain_reduce_bytes",
+    "NCCL_SLICE_BYTES",
+    "chain_messages",
+    "chain_step_bytes",
+    "chain_busy_bytes",
     "PhaseTraffic",
     "dp_path_traffic",
     "gpu_bytes",
@@ -413,15 +417,53 @@ def chain_broadcast_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
 def chain_reduce_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
     """(sent, received) bytes of each GPU in a pipelined chain reduce of S onto GPU0.
 
-    The mirror of the broadcast (``nccl.reduce`` with ``root=0``, NCCL's ring reduce): the chain
-    starts at GPU 1, which sends its S; GPUs 2..n-1 receive a partial sum, add their own and
-    send S on; GPU0 receives S. Index = GPU.
+    ``nccl.reduce`` with ``root=0`` runs NCCL's ring reduce (``src/device/reduce.h: runRing``)
+    on the same ring as the broadcast, in the same direction: the GPU after the root
+    (``prevRank == root``) only sends, each GPU after it receives a partial sum, adds its own
+    and sends S on (``recvReduceSend``), and the root only receives (``recvReduceCopy``). On the
+    ring 0 -> 1 -> ... -> n-1 -> 0: GPU 1 sends S; GPUs 2..n-1 receive and send S; GPU0
+    receives S. Index = GPU.
     """
     S = _check_bytes(size_bytes, "size_bytes")
     n = check_num_gpus(num_gpus)
     if n <= 1:
         return [(0.0, 0.0)] * max(n, 0)
     return [(0.0, S), (S, 0.0)] + [(S, S)] * (n - 2)
+
+
+# NCCL pipelines a chain in slices: its buffer (NCCL_BUFFSIZE, 4 MiB by default) over NCCL_STEPS
+# = 8 steps. The course's emulation on gloo (dpcost/measure/chain.py) sends one message a slice.
+NCCL_SLICE_BYTES = 4 * 2**20 // 8
+
+
+def chain_messages(size_bytes, slice_bytes=NCCL_SLICE_BYTES) -> int:
+    """Messages one hop of the chain carries for S bytes: ceil(S / slice_bytes), at least 1."""
+    S = _check_bytes(size_bytes, "size_bytes")
+    limit = _check_bytes(slice_bytes, "slice_bytes")
+    if limit <= 0:
+        raise ValueError(f"slice_bytes must be > 0, got {slice_bytes!r}")
+    return max(1, math.ceil(S / limit))
+
+
+def chain_step_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
+    """(sent, received) bytes of each GPU in one chain broadcast of S from GPU0 and one chain
+    reduce of S onto it: DataParallel's NCCL path per step with S = P = G. Index = GPU.
+
+    GPU0 (S, S); for n >= 3, GPU 1 (2S, S), GPUs 2..n-2 (2S, 2S), GPU n-1 (S, 2S); for n = 2,
+    GPU 1 (S, S). Every GPU's link is busy 2S (``chain_busy_bytes``).
+    """
+    return [(b[0] + r[0], b[1] + r[1]) for b, r in
+            zip(chain_broadcast_bytes(size_bytes, num_gpus),
+                chain_reduce_bytes(size_bytes, num_gpus), strict=True)]
+
+
+def chain_busy_bytes(size_bytes, num_gpus) -> list[float]:
+    """Bytes' worth of time each GPU's full-duplex link is busy in one chain broadcast and one
+    chain reduce of S: per phase the larger of what it sends and receives (it forwards while it
+    receives, pipelined), the two phases one after the other. 2S on every GPU for n >= 2."""
+    return [max(b) + max(r) for b, r in zip(chain_broadcast_bytes(size_bytes, num_gpus),
+                                            chain_reduce_bytes(size_bytes, num_gpus),
+                                            strict=True)]
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass, field
 
 from dpcost.core import check_num_gpus
+from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
 
 __all__ = [
     "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
@@ -209,9 +210,9 @@ def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
     if root >= n or rank >= n:
         raise ValueError(f"root and rank must be < num_gpus = {n}, got {root} and {rank}")
     v = (rank - root) % n
+    if backend == "nccl":  # the chain in virtual ranks, from its owner
+        return chain_broadcast_bytes(s, n)[v] if n > 1 else (0.0, 0.0)
     received = 0.0 if v == 0 else s
-    if backend == "nccl":
-        return (s if v < n - 1 else 0.0), received
     sends, i = 0, 0
     while (1 << i) < n:
         if v < (1 << i) and v + (1 << i) < n:
@@ -308,15 +309,19 @@ def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
                  precision="fp32", optimizer="adam") -> StrategyCost:
     """DataParallel on the NCCL path (modelled): ``comm.cpp: broadcast`` -> nccl broadcast and
     ``comm.py: reduce_add`` -> ``nccl.reduce``, pipelined chains. GPU0 sends about P (the
-    broadcast) and receives about P (the reduce); it still broadcasts every step."""
+    broadcast) and receives about P (the reduce); it still broadcasts every step. Other ranks:
+    ``dataparallel_traffic.chain_step_bytes`` (rank 1 sends 2P and receives P, the last rank P
+    and 2P, a rank between them 2P and 2P)."""
     p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
     rank = _integer(rank, "rank", 0)
-    each = p if n > 1 else 0.0
+    if rank >= n:
+        raise ValueError(f"rank must be < num_gpus = {n}, got {rank}")
+    sent, received = chain_step_bytes(p, n)[rank] if n > 1 else (0.0, 0.0)
     states = None
     if num_params is not None:
         pb, gb, k = bytes_per_parameter(precision, optimizer)
         states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
-    return StrategyCost("DP (NCCL path)", each, each, 2 if n > 1 else 0, states,
+    return StrategyCost("DP (NCCL path)", sent, received, 2 if n > 1 else 0, states,
                         "GPU0: about P out (broadcast) + P in (reduce), pipelined",
                         "torch/csrc/cuda/comm.cpp: broadcast -> nccl::broadcast; "
                         "torch/nn/parallel/comm.py: reduce_add -> nccl.reduce")

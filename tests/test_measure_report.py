@@ -65,12 +65,16 @@ def test_table_names_the_counter_and_the_remainder():
     assert "x skipped: why" in text
 
 
-def test_the_nccl_path_chain_predicts_p_at_either_end_and_2p_in_the_middle():
+def test_the_nccl_path_chain_predicts_each_rank_as_nccl_runs_it():
     from dpcost.measure.report import link_busy_bytes, predicted_bytes
 
+    # By hand, ring 0 -> 1 -> 2 -> 3 -> 0: the broadcast leaves rank 0 and stops at rank 3; the
+    # reduce starts at rank 1 (the rank after the root) and ends at rank 0 (NCCL reduce.h).
     p, n = 1e6, 4
     assert [predicted_bytes("dp-nccl", r, p, n) for r in range(n)] == [
-        (p, p), (2 * p, 2 * p), (2 * p, 2 * p), (p, p)]
+        (p, p), (2 * p, p), (2 * p, 2 * p), (p, 2 * p)]
+    assert [predicted_bytes("dp-nccl", r, p, 3) for r in range(3)] == [
+        (p, p), (2 * p, p), (p, 2 * p)]
     assert predicted_bytes("dp-nccl-timeline", 1, p, 2) == (p, p)
     # every rank's link is busy 2P: the ends in two serial phases, the middle full duplex
     assert [link_busy_bytes("dp-nccl", *predicted_bytes("dp-nccl", r, p, n), r, n)
@@ -88,6 +92,11 @@ def test_predicted_framing_counts_messages_by_hand():
     assert predicted_framing_bytes("dp", 0, 4e6, 2, steps=1) == (288.0, 288.0)
     # dp-nccl, 4 MB = 8 chunks of 512 KiB rounded up... 4,000,000 / 524,288 -> 8 chunks per hop
     assert predicted_framing_bytes("dp-nccl", 0, 4e6, 2, steps=1) == (8 * 144 + 144,) * 2
+    # n = 3: rank 1 forwards the broadcast and starts the reduce: 16 messages out, 8 in. A
+    # message costs its sender 2 preambles out and 1 back in; 2 barrier messages at n = 3.
+    barrier = 2 * 144
+    assert predicted_framing_bytes("dp-nccl", 1, 4e6, 3, steps=1) == (
+        16 * 96 + 8 * 48 + barrier, 8 * 96 + 16 * 48 + barrier)
     # ddp, one bucket of 1 MB at n = 2: gloo's ring cuts it into 4 segments, 2 sent per rank
     # in each phase -> 4 messages out and 4 in, 144 B each direction per message
     assert predicted_framing_bytes("ddp", 0, 1e6, 2, steps=1, bucket_sizes=[1_000_000]) == (

@@ -18,13 +18,14 @@ def linear_stack_bytes(model):
 
 @pytest.fixture(scope="module")
 def run4():
-    return measure_traffic(world_size=4, model_bytes=1.5e6, steps=5, scenarios=("ddp", "dp"))
+    return measure_traffic(world_size=4, model_bytes=1.5e6, steps=5,
+                           scenarios=("ddp", "dp", "dp-nccl"))
 
 
 @pytest.fixture(scope="module")
 def run3():
     return measure_traffic(world_size=3, model_bytes=1e6, steps=5,
-                           scenarios=("dp", "ddp", "ddp-counted"))
+                           scenarios=("dp", "ddp", "ddp-counted", "dp-nccl"))
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,39 @@ def test_every_rank_matches_the_prediction_within_half_a_percent(which, request)
                 assert abs(measured / want - 1) < TOLERANCE, (scenario, row["rank"], direction)
                 # gloo adds framing, never removes payload
                 assert measured >= want
+
+
+def chain_by_hand(rank, p, n):
+    # NCCL's ring 0 -> 1 -> ... -> n-1 -> 0 (reduce.h, broadcast.h): the broadcast leaves rank 0
+    # and stops at rank n-1; the reduce starts at rank 1 and ends at rank 0. (sent, received):
+    broadcast = (p if rank < n - 1 else 0, p if rank > 0 else 0)
+    reduce = (p if rank > 0 else 0, p if rank != 1 else 0)
+    return broadcast[0] + reduce[0], broadcast[1] + reduce[1]
+
+
+@pytest.mark.parametrize("which", ["run4", "run3"])
+def test_each_rank_of_the_nccl_chain_sends_and_receives_what_the_model_says(which, request):
+    """Measured per rank on 3 and 4 gloo ranks, against the course's model of the NCCL path
+    (dataparallel_traffic.dp_path_traffic, what lessons 01-05 show) and the split by hand."""
+    from dpcost.dataparallel_traffic import dp_path_traffic, gpu_bytes
+
+    report = request.getfixturevalue(which)
+    n, p = report["world_size"], report["param_bytes"]
+    model = dp_path_traffic(p, 0, p, 0, 0, n, path="nccl")
+    rows = report["scenarios"]["dp-nccl"]
+    assert [row["rank"] for row in rows] == list(range(n))
+    for row in rows:
+        want = chain_by_hand(row["rank"], p, n)
+        assert gpu_bytes(model, row["rank"]) == pytest.approx(want)
+        assert (row["predicted_sent_bytes"], row["predicted_received_bytes"]) == \
+            pytest.approx(want)
+        for direction, expected_bytes in zip(("sent", "received"), want, strict=True):
+            measured = row[f"{direction}_bytes"]
+            assert measured >= expected_bytes, (row["rank"], direction)
+            assert abs(measured / expected_bytes - 1) < TOLERANCE, (row["rank"], direction)
+    # the split differs by rank, but every link is busy 2P
+    busiest = report["totals"]["dp-nccl"]["busiest_link_busy_bytes"]
+    assert abs(busiest / (2 * p) - 1) < TOLERANCE
 
 
 def test_the_hook_counts_exactly_the_gradient_bytes(run4, run3):

@@ -10,32 +10,30 @@ forwards chunk i to the next while it receives chunk i + 1. For one broadcast of
 - the root sends S and receives nothing; each GPU in the middle of the chain receives S and
   sends S; the last GPU receives S;
 
-and a reduce onto the root is the same chain run backwards, each GPU adding its own share to
-the partial sum before passing it on. So per DP step (parameters out, gradients back, P bytes
-each) rank 0 sends P and receives P, a middle rank sends 2P and receives 2P, the last rank P and
-P: rank 0's link is no longer n times busier than a DDP rank's, only n/(n - 1) times
-(2P in two serial phases against the ring's 2(n - 1)/n P, both ways at once).
+and a reduce onto the root runs on the same ring in the same direction (NCCL's
+``src/device/reduce.h: runRing``): the GPU after the root sends its share, each next one adds
+its own to the partial sum and passes it on, and the root receives the sum. So per DP step
+(parameters out, gradients back, P bytes each) rank 0 sends P and receives P, rank 1 sends 2P
+and receives P, a rank in the middle 2P and 2P, the last rank P and 2P
+(``dpcost.dataparallel_traffic.chain_step_bytes``). Every link is busy 2P: rank 0's is no
+longer n times busier than a DDP rank's, only n/(n - 1) times (2P in two serial phases against
+the ring's 2(n - 1)/n P, both ways at once).
 
 Here the chain runs over gloo's point-to-point ``isend``/``recv``, one message per chunk and
-hop, ``CHUNK_BYTES`` per chunk: NCCL's pipeline steps are its buffer (``NCCL_BUFFSIZE``,
-4 MiB by default) split into ``NCCL_STEPS`` = 8 slices, 512 KiB.
+hop, ``CHUNK_BYTES`` per chunk: NCCL's pipeline slice, its buffer (``NCCL_BUFFSIZE``, 4 MiB by
+default) split into ``NCCL_STEPS`` = 8 slices, 512 KiB (``dataparallel_traffic.chain_messages``
+counts them).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 
+from dpcost.dataparallel_traffic import NCCL_SLICE_BYTES, chain_step_bytes
 from dpcost.measure.scenarios import DPPatternScenario
 
-CHUNK_BYTES = 512 * 1024  # 4 MiB NCCL buffer / 8 steps
-
-
-def chain_messages(nbytes: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Messages one hop of the chain carries for ``nbytes``: ceil(nbytes / chunk_bytes)."""
-    return max(1, math.ceil(nbytes / chunk_bytes))
+CHUNK_BYTES = NCCL_SLICE_BYTES
 
 
 def _chunks(flat: torch.Tensor, chunk_bytes: int):
@@ -58,24 +56,26 @@ def chain_broadcast(flat: torch.Tensor, rank: int, world_size: int,
 
 def chain_reduce(flat: torch.Tensor, inbox: torch.Tensor, rank: int, world_size: int,
                  chunk_bytes: int = CHUNK_BYTES) -> None:
-    """Sum every rank's ``flat`` into rank 0's, along n-1 -> ... -> 1 -> 0, chunk by chunk.
+    """Sum every rank's ``flat`` into rank 0's, along 1 -> 2 -> ... -> n-1 -> 0, chunk by chunk.
 
-    A rank in the middle receives the partial sum of the ranks after it into ``inbox``, adds its
-    own chunk and passes the sum on; rank 0 adds the arriving sums into ``flat``.
+    Rank 1 sends its own chunk; a rank after it receives the partial sum of the ranks before it
+    into ``inbox``, adds its own chunk and passes the sum on; rank 0 adds the arriving sums
+    into ``flat``.
     """
     pending = []
     mine = _chunks(flat, chunk_bytes)
     arriving = _chunks(inbox, chunk_bytes) if inbox is not None else [None] * len(mine)
+    after = (rank + 1) % world_size
     for tag, (own, partial) in enumerate(zip(mine, arriving, strict=True)):
-        if rank == world_size - 1:
-            pending.append(dist.isend(own, dst=rank - 1, tag=tag))
+        if rank == 1:
+            pending.append(dist.isend(own, dst=after, tag=tag))
             continue
-        dist.recv(partial, src=rank + 1, tag=tag)
+        dist.recv(partial, src=rank - 1 if rank > 0 else world_size - 1, tag=tag)
         if rank == 0:
             own.add_(partial)
         else:
             partial.add_(own)
-            pending.append(dist.isend(partial, dst=rank - 1, tag=tag))
+            pending.append(dist.isend(partial, dst=after, tag=tag))
     for request in pending:
         request.wait()
 
@@ -85,15 +85,12 @@ class DPChainScenario(DPPatternScenario):
 
     chunk_bytes = CHUNK_BYTES
 
-    def _make_inbox(self):  # one buffer for the partial sums arriving from the next rank
-        self.inbox = (torch.empty_like(self.flat_grads) if self.rank < self.world_size - 1
-                      else None)
+    def _make_inbox(self):  # one buffer for the partial sums arriving from the rank before
+        self.inbox = torch.empty_like(self.flat_grads) if self.rank != 1 else None
 
     def _per_step(self):
         """Bytes this rank hands to isend and recv per step, broadcast then reduce."""
-        nbytes, first, last = self.flat_params.nbytes, self.rank == 0, \
-            self.rank == self.world_size - 1
-        return nbytes * ((not last) + (not first)), nbytes * ((not first) + (not last))
+        return chain_step_bytes(self.flat_params.nbytes, self.world_size)[self.rank]
 
     def _send_params(self):
         chain_broadcast(self.flat_params, self.rank, self.world_size, self.chunk_bytes)

@@ -7,8 +7,10 @@ Predictions per rank and per iteration, from ``dpcost.core`` (P = gradient bytes
 - dp: rank 0 sends and receives ``dp_communication_volume(P, n) / 2`` = (n - 1) P (the
   parameters out to n - 1 ranks, their gradients back); every other rank sends and receives P.
   This is DataParallel's copy path, the one the five functions model.
-- dp-nccl: DataParallel's NCCL path, a pipelined chain (``chain.py``): rank 0 and the last rank
-  send and receive P, every rank between them 2P.
+- dp-nccl: DataParallel's NCCL path, a pipelined chain (``chain.py``), from
+  ``dataparallel_traffic.chain_step_bytes``: rank 0 sends and receives P; rank 1 sends 2P and
+  receives P, a rank in the middle 2P and 2P, the last rank P and 2P (n >= 3; at n = 2 both
+  ranks P and P).
 
 Both patterns move the same total, sum over ranks of sent = 2 (n - 1) P. The busiest link is
 busy n times longer under DP: DP's rank 0 sends (n - 1) P before forward and receives (n - 1) P
@@ -21,6 +23,7 @@ predicted) is gloo's framing, a few hundred bytes per message, plus the closing 
 from __future__ import annotations
 
 from dpcost.core import ddp_communication_volume, dp_communication_volume
+from dpcost.dataparallel_traffic import chain_busy_bytes, chain_messages, chain_step_bytes
 from dpcost.measure import strategy_scenarios
 from dpcost.measure.shape import DEPTH
 from dpcost.units import format_bytes
@@ -40,8 +43,7 @@ def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: in
         per_rank = ddp_communication_volume(param_bytes, world_size)
         return per_rank, per_rank
     if scenario.startswith("dp-nccl"):  # the chain: see dpcost/measure/chain.py
-        links = (rank > 0) + (rank < world_size - 1)  # 1 at either end, 2 in the middle
-        return float(links * param_bytes), float(links * param_bytes)
+        return chain_step_bytes(param_bytes, world_size)[rank]
     if scenario in ("dp", "dp-timeline", "dataparallel-cuda"):
         if rank == 0:
             gpu0_each_way = dp_communication_volume(param_bytes, world_size) / 2
@@ -76,11 +78,10 @@ def predicted_framing_bytes(scenario: str, rank: int, param_bytes: float, world_
     if scenario == "dp":
         messages = n - 1 if rank == 0 else 1
         sent, received = gloo_framing_bytes(messages, messages)
-    elif scenario == "dp-nccl":
-        chunk_elements = 512 * 1024 // 4  # dpcost/measure/chain.py: CHUNK_BYTES of float32
-        chunks = -(-int(param_bytes) // 4 // chunk_elements)
-        links = (rank > 0) + (rank < n - 1)
-        sent, received = gloo_framing_bytes(links * chunks, links * chunks)
+    elif scenario == "dp-nccl":  # one message per slice and hop each way it goes
+        hops_out, hops_in = chain_step_bytes(1, n)[rank]
+        chunks = chain_messages(param_bytes)
+        sent, received = gloo_framing_bytes(int(hops_out) * chunks, int(hops_in) * chunks)
     else:
         return None
     barrier = gloo_barrier_messages(n) * GLOO_FRAMING_BYTES_PER_MESSAGE / steps
@@ -125,13 +126,15 @@ def link_busy_bytes(scenario: str, sent: float, received: float, rank: int = 0,
 
     dp: sent + received (parameters out, then gradients in: sequential phases);
     ddp: max(sent, received) (the ring sends and receives at once);
-    dp-nccl: a rank in the middle of the chain receives and forwards at once, so its link is
-    busy for (sent + received) / 2; at either end, sent + received (2P for every rank).
+    dp-nccl: in each phase of the chain a rank receives and forwards at once, so its link is
+    busy the larger of the two per phase (``dataparallel_traffic.chain_busy_bytes``); the
+    measured bytes are split between the phases as the model splits them (2P for every rank).
     """
     if scenario.startswith("ddp") or scenario in strategy_scenarios.NAMES:  # ring-like
         return max(sent, received)
     if scenario.startswith("dp-nccl"):
-        return (sent + received) / ((rank > 0) + (rank < world_size - 1))
+        return (sent + received) * chain_busy_bytes(1, world_size)[rank] / sum(
+            chain_step_bytes(1, world_size)[rank])
     return sent + received
 
 

@@ -63,11 +63,12 @@ def busiest_link_vs_n(reports: dict):
     data) with data[scenario] = {"n", "busy", "predicted_busy", "total", "predicted_total"}.
     """
     from dpcost.core import ddp_communication_volume, dp_communication_volume
+    from dpcost.dataparallel_traffic import chain_busy_bytes
 
     style.apply()
     ns = sorted(reports)
     predict = {"dp": dp_communication_volume, "ddp": ddp_communication_volume,
-               "dp-nccl": lambda p, n: 2.0 * p}
+               "dp-nccl": lambda p, n: max(chain_busy_bytes(p, n))}
     names = [name for name in ("dp", "dp-nccl", "ddp")
              if all(name in reports[n]["totals"] for n in ns)]
     data = {}
