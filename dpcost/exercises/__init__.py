@@ -6,3 +6,11 @@ Modules (import the one you need; nothing heavy is imported here):
 ``report`` renders results; ``hints`` reveals hints one at a time; ``student`` writes the
 student notebooks from the instructor masters.
 """
+
+from pathlib import Path
+
+# Where the exercise notebooks live: the instructor masters and the student versions written from
+# them (``student``), whose hint regions ``hints`` rewrites.
+ROOT = Path(__file__).resolve().parents[2]
+MASTER_DIR = ROOT / "notebooks" / "instructor"
+STUDENT_DIR = ROOT / "notebooks"

@@ -17,6 +17,8 @@ import html
 import re
 import sys
 
+from dpcost.exercises import MASTER_DIR, ROOT, STUDENT_DIR
+
 HINTS: dict[str, list[str]] = {
     "dp_communication_volume": [
         "Count GPU0's traffic in one training step. In forward, `replicate` sends the P "
@@ -236,7 +238,6 @@ def main(argv: list[str] | None = None) -> int:
     """Rewrite the masters' hint regions (``--check``: exit 1 if one is stale, write nothing)."""
     import nbformat
 
-    from dpcost.exercises.student import MASTER_DIR, ROOT, STUDENT_DIR
 
     parser = argparse.ArgumentParser(prog="python -m dpcost.exercises.hints",
                                      description=main.__doc__)

@@ -28,9 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-MASTER_DIR = ROOT / "notebooks" / "instructor"
-STUDENT_DIR = ROOT / "notebooks"
+from dpcost.exercises import MASTER_DIR, ROOT, STUDENT_DIR
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"

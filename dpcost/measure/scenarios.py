@@ -24,7 +24,6 @@ import torch.distributed as dist
 from torch import nn
 
 from dpcost.measure import counters
-from dpcost.measure.worker import PHASES  # noqa: F401 - re-exported: the phases we report
 
 SAMPLES_PER_RANK = 16  # each rank's share of the batch
 LEARNING_RATE = 1e-3
