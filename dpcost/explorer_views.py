@@ -61,11 +61,6 @@ def _bytes_tick(value, _pos) -> str:
     return format_bytes(value, digits=3)
 
 
-def _seconds_tick(value, _pos) -> str:
-    # Decades read best in one unit above a second: "1,000 s", not "16.7 min".
-    return f"{value:,.0f} s" if value >= 1 else format_seconds(value, digits=3)
-
-
 class _View:
     """One figure on an Agg canvas, rendered in two layers to keep updates fast.
 

@@ -25,7 +25,6 @@ __all__ = [
     "GPUPreset",
     "GPUS",
     "resnet50_forward_macs_per_image",
-    "RESNET50_FORWARD_FLOPS_PER_IMAGE",
     "TRAINING_FLOPS_PER_PARAMETER_TOKEN",
 ]
 
@@ -362,8 +361,3 @@ def resnet50_forward_macs_per_image(image_size: int = 224) -> int:
                 macs += c_in * 4 * width * out_side * out_side  # downsample 1x1
             side, c_in = out_side, 4 * width
     return macs + 2048 * 1000  # fc
-
-
-# FLOPs = 2 x MACs; training (forward + backward) is about 3x the forward (backward computes the
-# gradients of both the inputs and the weights, each about one forward).
-RESNET50_FORWARD_FLOPS_PER_IMAGE = 2 * resnet50_forward_macs_per_image(224)

@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 from dataclasses import dataclass, field
 
 from dpcost.core import check_num_gpus
 from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
+from dpcost.presets import GPUS
 
 __all__ = [
     "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
@@ -52,7 +52,7 @@ __all__ = [
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
     "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
-    "ladder", "LADDER", "ladder_model_states", "H100_SXM_MEMORY_BYTES", "H100_SXM_SOURCE",
+    "ladder", "LADDER", "ladder_model_states", "H100_SXM_MEMORY_BYTES",
 ]
 
 # Bytes per element of the dtypes a hook or a precision uses.
@@ -268,9 +268,6 @@ def ddp_bucket_caps(bucket_cap_mb=None) -> list:
         raise ValueError(f"bucket_cap_mb must give a cap of at least 1 byte, got "
                          f"{bucket_cap_mb!r}")
     return [cap]
-
-
-FIRST_ITERATION_CAPS = [sys.maxsize]
 
 
 def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
@@ -606,10 +603,8 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
     return rows
 
 
-# An 80 GB GPU: NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: "GPU memory 80GB" (HBM3).
-# Decimal bytes, as the datasheet states it; the driver reports a little less usable memory.
-H100_SXM_MEMORY_BYTES = 80e9
-H100_SXM_SOURCE = "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, GPU memory 80GB"
+# An 80 GB GPU, decimal bytes as its datasheet states it (the source is in dpcost.presets.GPUS)
+H100_SXM_MEMORY_BYTES = GPUS["H100 SXM 80GB"].memory_bytes
 
 
 def ladder_model_states(num_params, num_gpus, precision: str = "mixed",

@@ -65,7 +65,6 @@ _MAX_CAPTURED_FILE = 2**20  # bytes the child may write to its captured fds 1 an
 
 # Statuses in which the call gave no result; Outcome.detail says what the parent saw.
 NO_RESULT = ("timeout", "crashed", "malformed", "skipped")
-_STATUSES = ("returned", "raised", *NO_RESULT)
 
 
 @dataclass
