@@ -30,17 +30,7 @@ from dpcost.units import format_bytes
 
 FIGSIZE = (6.4, 4.3)  # two side by side fill a 1280-pixel-wide screen at 100 dpi
 
-# Memory components, bottom to top, with one colour each (dpcost.memory's keys, in its order).
-COMPONENT_COLORS = {
-    "parameters": "#4c72b0",
-    "gradients": "#55a868",
-    "optimizer state": "#8172b2",
-    "DDP bucket copy": "#64b5cd",
-    "DP reduce buffer": "#8c8c8c",
-    "activations": "#ccb974",
-    "outputs": "#dd8452",
-    "loss and output grads": "#c44e52",
-}
+COMPONENT_COLORS = style.COMPONENT_COLORS  # memory components, bottom to top
 
 
 def format_seconds(seconds: float, digits: int = 3) -> str:

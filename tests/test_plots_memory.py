@@ -36,3 +36,14 @@ def test_stacked_bars_draw_the_model():
     assert data["ratios"][4] == [gpu0_memory_ratio(model, 4, 8, "adam", "bf16",
                                                    attention="sdpa")]
     plt.close(fig)
+
+
+def test_every_figure_gives_a_memory_component_the_same_colour():
+    """Lesson 04's bars and the explorer's memory view read one table (plots/style.py)."""
+    from dpcost import explorer_views
+    from dpcost.memory import COMPONENTS
+    from dpcost.plots import memory, style
+
+    assert memory.COMPONENT_COLORS is explorer_views.COMPONENT_COLORS is style.COMPONENT_COLORS
+    assert list(style.COMPONENT_COLORS) == list(COMPONENTS)
+    assert len(set(style.COMPONENT_COLORS.values())) == len(COMPONENTS)

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 from dpcost.plots import style
 
 COLORS = {"ddp": style.DDP_COLOR, "dp": style.DP_COLOR, "dataparallel-cuda": style.DP_COLOR,
-          "dp-nccl": "#e67e22"}
+          "dp-nccl": style.DP_NCCL_COLOR}
 
 
 def measured_vs_predicted(report: dict):

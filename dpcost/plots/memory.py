@@ -7,17 +7,7 @@ import matplotlib.pyplot as plt
 from dpcost.memory import COMPONENTS, gpu0_memory_ratio, memory_per_gpu, total_bytes
 from dpcost.plots import style
 
-# One color per component, the same in every figure.
-COMPONENT_COLORS = {
-    "parameters": "#7f8c8d",
-    "gradients": "#bdc3c7",
-    "optimizer state": "#8e44ad",
-    "DDP bucket copy": "#16a085",
-    "DP reduce buffer": "#2980b9",
-    "activations": "#f1c40f",
-    "outputs": "#e67e22",
-    "loss and output grads": "#d35400",
-}
+COMPONENT_COLORS = style.COMPONENT_COLORS  # one colour per component, in every figure
 GPU_LABELS = {"dp_gpu0": "DP\nGPU0", "dp_other": "DP\nother", "ddp_rank": "DDP\nrank"}
 
 

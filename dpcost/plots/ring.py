@@ -136,7 +136,7 @@ def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: flo
     ms = 1e3
     ax.plot(gpus, [t * ms for t in star], "-", color=style.DP_COLOR, lw=2.5,
             label=f"DP copy path (star), {chunks} chunks each way")
-    ax.plot(gpus, [t * ms for t in chain], "-", color="#e59866", lw=2.5,
+    ax.plot(gpus, [t * ms for t in chain], "-", color=style.DP_NCCL_COLOR, lw=2.5,
             label=f"DP NCCL path (chain), {chunks} chunks each way")
     ax.plot(gpus, [t * ms for t in total], "-", color=style.DDP_COLOR, lw=2.5,
             label=f"DDP ring total, {len(buckets)} buckets")

@@ -6,6 +6,20 @@ import matplotlib as mpl
 
 DP_COLOR = "#c0392b"  # DataParallel: red throughout the course
 DDP_COLOR = "#2471a3"  # DistributedDataParallel: blue throughout the course
+DP_NCCL_COLOR = "#e59866"  # DataParallel's NCCL path (the pipelined chain): light orange
+
+# Memory components, bottom to top, one colour each in every figure: lesson 04's bars and the
+# explorer's memory view (dpcost.memory's keys, in its order).
+COMPONENT_COLORS = {
+    "parameters": "#4c72b0",
+    "gradients": "#55a868",
+    "optimizer state": "#8172b2",
+    "DDP bucket copy": "#64b5cd",
+    "DP reduce buffer": "#8c8c8c",
+    "activations": "#ccb974",
+    "outputs": "#dd8452",
+    "loss and output grads": "#c44e52",
+}
 
 RC = {
     "figure.figsize": (10.0, 5.6),

@@ -85,7 +85,7 @@ def two_paths_per_gpu(param_bytes: float, num_gpus: int, buffer_bytes: float = 0
     ax = fig.subplots()
     width = 0.27
     series = [("copy", "DP, copy path (no NCCL): star", style.DP_COLOR),
-              ("nccl", "DP, NCCL path: pipelined chain", "#e59866"),
+              ("nccl", "DP, NCCL path: pipelined chain", style.DP_NCCL_COLOR),
               ("ddp", "DDP rank: ring all-reduce", style.DDP_COLOR)]
     for i, (key, label, color) in enumerate(series):
         xs = [g + (i - 1) * width for g in range(n)]
@@ -115,7 +115,7 @@ def busy_ratio_vs_gpus(gpu_counts=range(2, 17)):
     fig = Figure()
     ax = fig.subplots()
     ax.plot(gpus, copy, "o-", color=style.DP_COLOR, ms=4, label="copy path (star): n")
-    ax.plot(gpus, nccl, "s-", color="#e59866", ms=4,
+    ax.plot(gpus, nccl, "s-", color=style.DP_NCCL_COLOR, ms=4,
             label="NCCL path (pipelined chain): n/(n-1)")
     ax.axhline(1, color=style.DDP_COLOR, ls=":", lw=1.5, label="DDP rank = 1")
     ax.set_xlabel("number of GPUs, n")
