@@ -78,7 +78,6 @@ __all__ = [
     "OPTIMIZERS",
     "ATTENTIONS",
     "STRATEGIES",
-    "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "COMPONENTS",
     "MODEL_STATE_COMPONENTS",
     "TransformerShape",
@@ -140,9 +139,6 @@ _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
 OPTIMIZERS = tuple(_MOMENTS)
 ATTENTIONS = ("eager", "sdpa")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
-
-# fp32 state per parameter: SGD none, momentum one buffer, Adam two moments (the fp32 mode).
-OPTIMIZER_STATE_BYTES_PER_PARAM = {o: 4 * k for o, k in _MOMENTS.items()}
 
 COMPONENTS = ("parameters", "gradients", "optimizer state", "DDP bucket copy",
               "DP reduce buffer", "activations", "outputs", "loss and output grads")

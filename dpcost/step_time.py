@@ -52,7 +52,6 @@ __all__ = [
     "gloo_ring_allreduce_messages",
     "gloo_framing_bytes",
     "ddp_gloo_framing_per_step",
-    "star_gloo_framing_per_step",
     "gloo_barrier_messages",
 ]
 
@@ -186,7 +185,10 @@ def transformer_training_flops(parameters, tokens) -> float:
     N parameters, T tokens in the step (all GPUs together); 2 N per token forward, 4 N
     backward. Ignores attention's s^2 term (small while s << 12 d).
     """
-    return 6 * _real(parameters, "parameters") * _real(tokens, "tokens")
+    from dpcost.presets import TRAINING_FLOPS_PER_PARAMETER_TOKEN
+
+    return (TRAINING_FLOPS_PER_PARAMETER_TOKEN * _real(parameters, "parameters")
+            * _real(tokens, "tokens"))
 
 
 def resnet50_training_flops(images, image_size: int = 224) -> float:
@@ -453,20 +455,3 @@ def ddp_gloo_framing_per_step(bucket_bytes, num_gpus, steps=1, element_bytes=4,
     sent, received = gloo_framing_bytes(out, into)
     barrier = gloo_barrier_messages(n) * GLOO_FRAMING_BYTES_PER_MESSAGE / steps
     return sent + barrier, received + barrier
-
-
-def star_gloo_framing_per_step(num_gpus, messages_per_peer=1, steps=1) -> float:
-    """Predicted framing per step on rank 0 of the DP star pattern (point-to-point on gloo).
-
-    Rank 0 sends the parameters to each of the n - 1 ranks and receives their gradients:
-    ``messages_per_peer`` messages each way per peer, 144 B each in each direction, plus the
-    closing barrier over ``steps`` steps. Lesson 06: n = 2 -> 172.8 (measured 173), n = 3 ->
-    345.6 (346), n = 4 -> 489.6 (490).
-    """
-    n = check_num_gpus(num_gpus)
-    m = _real(messages_per_peer, "messages_per_peer")
-    steps = _real(steps, "steps", strict=True)
-    if n <= 1:
-        return 0.0
-    sent, _ = gloo_framing_bytes((n - 1) * m, (n - 1) * m)
-    return sent + gloo_barrier_messages(n) * GLOO_FRAMING_BYTES_PER_MESSAGE / steps

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from dpcost.core import check_num_gpus
 from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
-from dpcost.presets import GPUS
+from dpcost.presets import DTYPE_BYTES, GPUS
 
 __all__ = [
     "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 # Bytes per element of the dtypes a hook or a precision uses.
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 COMPRESS_DTYPES = ("fp16", "bf16")
 BACKENDS = ("gloo", "nccl")
 # Precision modes and optimizers: dpcost.memory's, one table for the course (ZeRO paper

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from dpcost.memory import (
     ATTENTIONS,
     COMPONENTS,
-    OPTIMIZER_STATE_BYTES_PER_PARAM,
     PRECISION_MODES,
     STRATEGIES,
     TRANSFORMER_SHAPES,
@@ -53,7 +52,8 @@ def test_bytes_per_parameter_for_each_mode_and_optimizer():
         ("fp16", "sgd"): (2, 2, 0), ("fp16", "sgd_momentum"): (2, 2, 2),
         ("fp16", "adam"): (2, 2, 4),
     }
-    assert OPTIMIZER_STATE_BYTES_PER_PARAM == {"sgd": 0, "sgd_momentum": 4, "adam": 8}
+    assert {o: model_state_bytes_per_parameter("fp32", o)["optimizer state"]
+            for o in ("sgd", "sgd_momentum", "adam")} == {"sgd": 0, "sgd_momentum": 4, "adam": 8}
     assert all(mode.source for mode in PRECISION_MODES.values())
 
 

@@ -23,7 +23,6 @@ from dpcost.step_time import (
     hierarchical_allreduce_time,
     resnet50_training_flops,
     ring_allreduce_time,
-    star_gloo_framing_per_step,
     transformer_training_flops,
 )
 
@@ -186,7 +185,11 @@ def test_framing_predicts_lesson_06(n, width, ddp_measured, dp_measured):
     assert sent == received
     # to the byte, except two n = 3 cases 5.4 B per step above (27 B per 5-step window)
     assert abs(sent - ddp_measured) <= (5.5 if n == 3 and width != 500 else 0.5)
-    assert abs(star_gloo_framing_per_step(n, steps=5) - dp_measured) <= 0.5
+    # the star's rank 0: n - 1 messages each way (dpcost/measure/report.py, torch-free)
+    from dpcost.measure.report import predicted_framing_bytes
+
+    star_sent, _ = predicted_framing_bytes("dp", 0, 4 * width * (width + 1) * 4, n, steps=5)
+    assert abs(star_sent - dp_measured) <= 0.5
 
 
 def test_gloo_messages_match_a_simulation_of_the_loops():
