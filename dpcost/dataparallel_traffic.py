@@ -208,15 +208,9 @@ def ddp_bucket_sizes(
             f"bucket_cap_bytes and first_bucket_bytes must be > 0, got {cap!r} and {first!r}")
     if isinstance(grad_bytes, Sequence) and not isinstance(grad_bytes, str):
         sizes = [_check_bytes(s, f"grad_bytes[{i}]") for i, s in enumerate(grad_bytes)]
-        buckets, open_bucket, open_count, limit = [], 0.0, 0, first
-        for size in sizes:
-            open_bucket, open_count = open_bucket + size, open_count + 1
-            if open_bucket >= limit:
-                buckets.append(open_bucket)
-                open_bucket, open_count, limit = 0.0, 0, cap
-        if open_count:
-            buckets.append(open_bucket)
-        return buckets
+        indices, _ = compute_bucket_assignment_by_size(sizes, [first, cap],
+                                                       tensor_indices=range(len(sizes)))
+        return [sum(sizes[i] for i in bucket) for bucket in indices]
     total = _check_bytes(grad_bytes, "grad_bytes")
     if total <= first:
         return [total] if total > 0 else []

@@ -42,6 +42,7 @@ import ipywidgets as widgets
 
 from dpcost.core import check_num_gpus, ddp_communication_volume
 from dpcost.dataparallel_traffic import (
+    ddp_bucket_sizes,
     ddp_buckets_from_sizes,
     dp_path_traffic,
     gpu_busy_bytes,
@@ -219,11 +220,7 @@ def _ddp_buckets(name: str, parameters: int, grad_bytes: int) -> tuple[float, ..
         # autograd delivers gradients in about reverse registration order
         ready = [c * grad_bytes for c in reversed(_PARAMETER_COUNTS[name]())]
     else:  # a custom model: a stream of tensors small against the caps (see ddp_buckets)
-        total, first, cap = parameters * grad_bytes, 2**20, 25 * 2**20
-        sizes = [float(min(total, first))]
-        rest = total - sizes[0]
-        sizes += [float(cap)] * int(rest // cap) + ([float(rest % cap)] if rest % cap else [])
-        return tuple(sizes)
+        return tuple(ddp_bucket_sizes(float(parameters * grad_bytes))) or (0.0,)
     return tuple(ddp_buckets_from_sizes(ready))
 
 

@@ -42,7 +42,13 @@ import numbers
 from dataclasses import dataclass, field
 
 from dpcost.core import check_num_gpus
-from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
+from dpcost.dataparallel_traffic import (
+    DEFAULT_BUCKET_CAP_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+    chain_broadcast_bytes,
+    chain_step_bytes,
+    compute_bucket_assignment_by_size,
+)
 from dpcost.presets import DTYPE_BYTES, GPUS
 
 __all__ = [
@@ -235,21 +241,7 @@ def bucket_assignment(sizes_bytes, caps) -> list:
     caps = [_real(c, f"caps[{i}]", 0.0, strict=True) for i, c in enumerate(caps)]
     if not caps:
         raise ValueError("caps must hold at least one bucket size limit, got []")
-    buckets, current, filled = [], [], 0.0
-    for index, size in enumerate(sizes):
-        current.append(index)
-        filled += size
-        if filled >= caps[min(len(buckets), len(caps) - 1)]:
-            buckets.append(current)
-            current, filled = [], 0.0
-    if current:
-        buckets.append(current)
-    return buckets
-
-
-MIB = 2**20
-DEFAULT_BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB
-DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+    return compute_bucket_assignment_by_size(sizes, caps, tensor_indices=range(len(sizes)))[0]
 
 
 def ddp_bucket_caps(bucket_cap_mb=None) -> list:
@@ -261,8 +253,8 @@ def ddp_bucket_caps(bucket_cap_mb=None) -> list:
     returns ``[sys.maxsize]`` without ``find_unused_parameters``).
     """
     if bucket_cap_mb is None:
-        return [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_MB * MIB]
-    cap = int(_real(bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True) * MIB)
+        return [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES]
+    cap = int(_real(bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True) * 2**20)
     if cap <= 0:
         raise ValueError(f"bucket_cap_mb must give a cap of at least 1 byte, got "
                          f"{bucket_cap_mb!r}")
