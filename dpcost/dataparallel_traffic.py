@@ -54,7 +54,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpcost.core import check_num_gpus, check_real
+from dpcost.core import check_num_gpus, check_real, ddp_communication_volume
 
 __all__ = [
     "StepTransfer",
@@ -273,7 +273,7 @@ def ddp_step_transfers(
         if not math.isclose(sum(buckets), G, rel_tol=1e-9, abs_tol=1e-6):
             raise ValueError(f"bucket_sizes must add up to grad_bytes ({sum(buckets)!r} != {G!r})")
     for i, bucket in enumerate(buckets):
-        per_rank = 2 * (n - 1) / n * bucket
+        per_rank = ddp_communication_volume(bucket, n)
         rows.append(StepTransfer(
             "backward", f"all-reduce gradient bucket {i} (ring)",
             "torch/csrc/distributed/c10d/reducer.cpp: Reducer::autograd_hook ->"

@@ -41,7 +41,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from dpcost.core import check_num_gpus
+from dpcost.core import check_num_gpus, ddp_communication_volume
 from dpcost.dataparallel_traffic import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
@@ -178,7 +178,7 @@ def _states(num_params, n, stage, precision, optimizer):
 def ring_allreduce_bytes(size_bytes, num_gpus) -> float:
     """Bytes each rank sends (and receives) in a ring all-reduce of S bytes: 2 (n-1)/n S."""
     s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
-    return 2 * (n - 1) / n * s
+    return ddp_communication_volume(s, n)
 
 
 def allgather_bytes(size_bytes, num_gpus) -> float:

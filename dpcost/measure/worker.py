@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from dpcost.core import ddp_communication_volume
 from dpcost.measure import counters
 
 PROGRESS_STARTING, PROGRESS_READY = 0, 1
@@ -209,8 +210,8 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
                                  "counting hook, after the timed window")
     if "hook_bytes" in result:
         # A ring all-reduce of S sends and receives 2 (n - 1) / n S on every rank.
-        result["logical_sent_bytes"] = result["logical_received_bytes"] = 2 * (n - 1) / n * (
-            result["hook_bytes"])
+        result["logical_sent_bytes"] = result["logical_received_bytes"] = (
+            ddp_communication_volume(result["hook_bytes"], n))
     if profiler is not None:
         element_size = next(scenario.model.parameters()).element_size()
         seen = counters.collective_bytes(profiler.events(), n, element_size)
