@@ -232,6 +232,25 @@ def max_param_diff(a: dict, b: dict) -> float:
     return max((abs(x - y) for x, y in zip(pa, pb, strict=True)), default=0.0)
 
 
+# Findings that every check of a migration words the same way: diagnose() here, and the
+# exercise's checker (dpcost/exercises/migrate_check.py: judge).
+SAME_SAMPLES = "rank 0 and rank 1 saw the same samples: did you use a DistributedSampler?"
+SAME_ORDER = ("rank 0 saw its samples in the same order in every epoch: did you call "
+              "sampler.set_epoch(epoch) at the start of each epoch?")
+
+
+def same_samples(first_epoch_per_rank) -> bool:
+    """Whether every rank saw the same set of samples in its first epoch (no sampler)."""
+    ranks = [sorted(samples) for samples in first_epoch_per_rank]
+    return len(ranks) > 1 and bool(ranks[0]) and all(r == ranks[0] for r in ranks[1:])
+
+
+def same_order_every_epoch(epochs) -> bool:
+    """Whether one rank's epochs (each a list of sample ids in order) are all the same
+    (``DistributedSampler`` without ``set_epoch`` shuffles once)."""
+    return len(epochs) > 1 and all(e == epochs[0] for e in epochs[1:])
+
+
 def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL) -> list[str]:
     """What differs between ``result`` (DDP) and ``reference`` (one process), in words.
 
@@ -241,10 +260,8 @@ def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL) -> list[
     findings = []
     ranks = result["sample_ids"]  # [rank][epoch] -> sample ids in the order seen
     n = len(ranks)
-    if n > 1 and ranks[0] and ranks[0][0] and all(
-            sorted(ranks[r][0]) == sorted(ranks[0][0]) for r in range(1, n)):
-        findings.append("rank 0 and rank 1 saw the same samples: did you use a "
-                        "DistributedSampler?")
+    if ranks[0] and same_samples([rank[0] for rank in ranks]):
+        findings.append(SAME_SAMPLES)
     else:
         for epoch, wanted in enumerate(reference["sample_ids"][0]):
             if epoch >= len(ranks[0]):
@@ -262,10 +279,8 @@ def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL) -> list[
                 break
     epochs = ranks[0]
     ref_epochs = reference["sample_ids"][0]
-    if len(epochs) > 1 and all(e == epochs[0] for e in epochs[1:]) and not all(
-            e == ref_epochs[0] for e in ref_epochs[1:]):
-        findings.append("rank 0 saw its samples in the same order in every epoch: did you call "
-                        "sampler.set_epoch(epoch) at the start of each epoch?")
+    if same_order_every_epoch(epochs) and not same_order_every_epoch(ref_epochs):
+        findings.append(SAME_ORDER)
     if len(set(result["rank_checksums"])) > 1:
         findings.append("the ranks ended with different parameters: their gradients were not "
                         "all-reduced at every optimizer step (was the last micro-batch's "

@@ -48,6 +48,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from dpcost.exercises import hints as _hints
 from dpcost.exercises.report import Report, TestResult
 from dpcost.exercises.sandbox import student_function_name
+from dpcost.migration import SAME_ORDER, SAME_SAMPLES, same_order_every_epoch, same_samples
 
 WORLD_SIZE = 2
 DEFAULT_TIMEOUT = 30.0  # seconds for a whole run (reference + 2 ranks); ~2-4 s when right
@@ -420,17 +421,14 @@ def judge(data: dict, setting) -> dict[str, str]:
                             "number each epoch: iterate over the DataLoader once per epoch")
     else:
         first = [set(s[0]) for s in seen]
-        if first[0] == first[1]:
-            verdict["split"] = ("rank 0 and rank 1 saw the same samples: did you use a "
-                                "DistributedSampler?")
+        if same_samples([s[0] for s in seen]):
+            verdict["split"] = SAME_SAMPLES
         elif first[0] & first[1] or first[0] | first[1] != set(ref_epochs[0]):
             verdict["split"] = (f"the ranks' samples overlap or miss some (rank 0: "
                                 f"{len(first[0])}, rank 1: {len(first[1])}, of {size}): give "
                                 "each rank its share with a DistributedSampler")
-        if epochs > 1 and all(e == seen[0][0] for e in seen[0][1:]):
-            verdict["reshuffle"] = ("rank 0 saw its samples in the same order in every epoch: "
-                                    "did you call sampler.set_epoch(epoch) at the start of each "
-                                    "epoch?")
+        if epochs > 1 and same_order_every_epoch(seen[0]):
+            verdict["reshuffle"] = SAME_ORDER
     sizes = sorted({len(b) for r in ranks for b in r["batches"]})
     if sizes != [global_batch // n]:
         verdict["batch"] = (f"each rank's batches held {sizes} samples; a global batch of "
