@@ -90,6 +90,36 @@ def check_real(value, name: str, minimum: float = -math.inf, strict: bool = Fals
     return value
 
 
+def check_int(value, name: str, minimum: int) -> int:
+    """``value`` as a Python int >= ``minimum``: TypeError unless an int or a numpy integer
+    (bool is not), ValueError below the minimum, each naming ``name``."""
+    if _is_bool(value) or _is_numpy_time(value) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {_show(value)}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {_show(value)}")
+    return int(value)
+
+
+def check_choice(value, name: str, choices):
+    """``value`` if it is one of ``choices``; ValueError naming ``name`` and the choices."""
+    try:
+        allowed = value in choices
+    except TypeError:  # unhashable, for a dict or set of choices
+        allowed = False
+    if not allowed:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {_show(value)}")
+    return value
+
+
+def check_ranks(num_gpus) -> int:
+    """``num_gpus`` as an int >= 1 (a model with ranks in it): ``check_num_gpus``, then the
+    minimum."""
+    n = check_num_gpus(num_gpus)
+    if n < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {_show(num_gpus)}")
+    return n
+
+
 def check_model_size_bytes(model_size_bytes) -> int | float:
     """Return ``model_size_bytes`` as a Python int or float, checked to be finite and >= 0.
 

@@ -40,7 +40,7 @@ from functools import lru_cache
 
 import ipywidgets as widgets
 
-from dpcost.core import check_num_gpus, ddp_communication_volume
+from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
 from dpcost.dataparallel_traffic import (
     ddp_bucket_sizes,
     ddp_buckets_from_sizes,
@@ -119,11 +119,7 @@ def parse_parameter_count(text: str) -> int:
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return value
+    return check_int(value, name, minimum)
 
 
 # --- how DataParallel and DDP split a global batch ----------------------------------------

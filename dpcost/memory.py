@@ -64,11 +64,9 @@ parameters, K optimizer bytes per parameter, Nd ranks): baseline (2 + 2 + K) Psi
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
-from dpcost.core import check_num_gpus
+from dpcost.core import check_choice, check_int, check_num_gpus, check_real
 from dpcost.presets import MODELS, ModelPreset, transformer_activation_bytes_per_sample
 
 __all__ = [
@@ -149,17 +147,11 @@ MODEL_STATE_COMPONENTS = ("parameters", "gradients", "optimizer state")
 
 
 def _check_choice(name: str, value, choices) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
-    return value
+    return check_choice(value, name, choices)
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
+    return check_int(value, name, minimum)
 
 
 def _check_model(model) -> ModelPreset:
@@ -501,11 +493,7 @@ def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: st
 
 
 def _check_bytes(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of bytes, got {type(value).__name__} {value!r}")
-    if not (float(value) >= 0 and math.isfinite(float(value))):
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    return float(value)
+    return check_real(value, name, 0.0, what="a number of bytes")
 
 
 def fits(bytes_needed: float, capacity_bytes: float) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+from dpcost.core import check_int
+
 __all__ = [
     "DTYPE_BYTES",
     "ModelPreset",
@@ -209,11 +211,7 @@ MODELS: dict[str, ModelPreset] = {
 
 
 def _check_count(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
+    return check_int(value, name, minimum)
 
 
 def custom_model(parameters: int, output_elements_per_sample: int = 1000,

@@ -38,10 +38,15 @@ for mixed-precision Adam (fp32 master weights and moments), 4, 4 and 8 for fp32 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 
-from dpcost.core import check_num_gpus, ddp_communication_volume
+from dpcost.core import (
+    check_choice,
+    check_int,
+    check_ranks,
+    check_real,
+    ddp_communication_volume,
+)
 from dpcost.dataparallel_traffic import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
@@ -94,35 +99,10 @@ class StrategyCost:
 # --- input checks ---------------------------------------------------------------------------
 
 def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
-    return value
+    return check_real(value, name, minimum, strict)  # byte counts and seconds: >= 0 by default
 
 
-def _integer(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _choice(value, name: str, choices) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
-
-
-def _ranks(num_gpus) -> int:
-    n = check_num_gpus(num_gpus)
-    if n < 1:
-        raise ValueError(f"num_gpus must be >= 1, got {num_gpus!r}")
-    return n
+_integer, _choice, _ranks = check_int, check_choice, check_ranks
 
 
 # --- model-state memory ---------------------------------------------------------------------

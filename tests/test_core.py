@@ -287,3 +287,32 @@ def test_check_real_names_the_parameter_and_its_bounds():
         check_real(0, "beta", 0.0, strict=True)
     with pytest.raises(ValueError, match="must be finite"):
         check_real(10**400, "size")
+
+
+def test_the_shared_validators_name_the_parameter_and_agree_everywhere():
+    """core's check_int, check_choice and check_ranks are the models' one set of validators."""
+    import numpy as np
+
+    from dpcost import explorer, memory, presets, strategies
+    from dpcost.core import check_choice, check_int, check_ranks
+
+    assert check_int(np.int64(3), "k", 1) == 3 and type(check_int(np.int64(3), "k", 1)) is int
+    with pytest.raises(TypeError, match="k must be an integer"):
+        check_int(True, "k", 0)
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        check_int(0, "k", 1)
+    assert check_choice("b", "mode", ("a", "b")) == "b"
+    with pytest.raises(ValueError, match=r"mode must be one of \('a', 'b'\), got 'c'"):
+        check_choice("c", "mode", ("a", "b"))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        check_choice(["unhashable"], "mode", {"a": 1})
+    with pytest.raises(ValueError, match="num_gpus must be >= 1"):
+        check_ranks(0)
+    # the cases the copies used to disagree on: a numpy int in the explorer, 10**400 bytes
+    assert explorer._check_int("global_batch", np.int64(8), 1) == 8
+    with pytest.raises(ValueError, match="size_bytes must be finite"):
+        strategies.ring_allreduce_bytes(10**400, 4)
+    with pytest.raises(ValueError, match="x must be finite"):
+        memory._check_bytes("x", 10**400)
+    with pytest.raises(TypeError, match="parameters must be an integer"):
+        presets.custom_model(1.5)
