@@ -22,8 +22,9 @@ DataParallel and DistributedDataParallel"), so the explorer offers it only for n
 scatters the batch with ``torch.chunk``'s sizes and replicates only to
 ``device_ids[:len(inputs)]`` (``dp_batch_split``), so a batch smaller than n uses fewer GPUs.
 
-Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback (no
-``interactive``/``Output``), which is what renders reliably in Voila. Use it in a notebook as
+What the views show is computed by ``dpcost.explorer_model`` (no ipywidgets, no matplotlib); this
+module is the widget. Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback
+(no ``interactive``/``Output``), which is what renders reliably in Voila. Use it in a notebook as
 ``Explorer().show()`` (the widget, then a static snapshot for readers without a kernel) or
 ``Explorer().widget``; tests set ``explorer.controls[name].value``.
 """
@@ -31,435 +32,46 @@ Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback (n
 from __future__ import annotations
 
 import html
-import math
 import re
 import textwrap
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import lru_cache
 
 import ipywidgets as widgets
 
-from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
-from dpcost.dataparallel_traffic import (
-    ddp_bucket_sizes,
-    ddp_buckets_from_sizes,
-    dp_path_traffic,
-    gpu_busy_bytes,
-    resnet50_counts,
-    resnet50_parameter_bytes,
-    resnet50_ready_order_bytes,
+from dpcost.explorer_model import (
+    CANNOT_SPAN,
+    CURVE_GPUS,
+    CUSTOM,
+    DDP_FLAT,
+    DDP_RING,
+    DDP_TWO_LEVEL,
+    DEFAULTS,
+    DP_COPY,
+    DP_NCCL,
+    GPU_CHOICES,
+    GPUS_PER_NODE_CHOICES,
+    INTER_NODE_LINKS,
+    INTRA_NODE_LINKS,
+    OPTIMIZERS,
+    PRECISION_CHOICES,
+    STRATEGY_NAMES,
+    _ratio,
+    _samples,
+    parse_parameter_count,
+    peak_flops,
+    scenario,
+    verdict,
 )
-from dpcost.explorer_views import MemoryView, StepView, VolumeView, format_seconds
-from dpcost.memory import (
-    ATTENTIONS,
-    PRECISION_MODES,
-    TRANSFORMER_SHAPES,
-    activation_bytes_per_sample,
-    fit_verdicts,
-    memory_per_gpu,
-    rank_memory,
-    total_bytes,
-)
-from dpcost.presets import GPUS, INTERCONNECTS, MODELS, ModelPreset, custom_model
-from dpcost.step_time import (
-    communication_hidden,
-    compute_time,
-    ddp_step_time,
-    dp_step_time,
-    flat_ring_multinode_time,
-    hierarchical_allreduce_time,
-    resnet50_training_flops,
-    transformer_training_flops,
-)
-from dpcost.units import format_bytes, parse_size
-
-CUSTOM = "custom"
-MAX_CUSTOM_PARAMETERS = 10**12
-GPU_CHOICES = [2**k for k in range(11)]  # the slider: 1, 2, 4, ..., 1024
-GPUS_PER_NODE_CHOICES = [1, 2, 4, 8, 16]  # DGX A100/H100 and HGX boards: 8 (the default)
-# The curves: every n from 2 to 1024 that a log axis can tell apart, powers of two included.
-CURVE_GPUS = sorted({round(2 ** (k / 16)) for k in range(16, 161)} | set(GPU_CHOICES[1:]))
-PRECISION_CHOICES = ("fp32", "mixed", "bf16")  # dpcost.memory.PRECISION_MODES' training modes
-INTRA_NODE_LINKS = ("NVLink 4 (H100)", "NVLink 3 (A100)", "PCIe 5.0 x16", "PCIe 4.0 x16")
-INTER_NODE_LINKS = ("InfiniBand NDR", "InfiniBand HDR", "100 GbE")
-OPTIMIZERS = [("SGD", "sgd"), ("SGD with momentum", "sgd_momentum"), ("Adam", "adam")]
-# The rows of the step view and the readout, in order: which path or algorithm each number is for.
-DP_COPY, DP_NCCL = "DP, copy path", "DP, NCCL path"
-DDP_RING, DDP_TWO_LEVEL, DDP_FLAT = "DDP, ring", "DDP, two-level", "DDP, flat ring"
-STRATEGY_NAMES = {"dp_gpu0": "DP GPU0", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
-                  "zero3": "ZeRO-3"}
-CANNOT_SPAN = "DataParallel cannot span machines"
-DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": "mixed", "attention": "sdpa",
-            "gpus": 8, "gpus_per_node": 8, "intra_link": "NVLink 4 (H100)",
-            "inter_link": "InfiniBand NDR", "gpu": "H100 SXM 80GB", "utilisation": 0.4,
-            "optimizer": "adam"}
-
-
-def parse_parameter_count(text: str) -> int:
-    """A parameter count typed by a person: "1.5e9" or "350000000" -> int.
-
-    Plain numbers only (parsed with dpcost.units.parse_size): a unit such as "GB" is a size in
-    bytes, not a count, so it is refused. ValueError names the text otherwise. At most
-    ``MAX_CUSTOM_PARAMETERS`` (1e12): the time model walks every 25 MiB bucket and 10 MiB chunk,
-    which at 1e12 fp32 parameters (152,589 buckets) already takes seconds per change.
-    """
-    shown = repr(text if not isinstance(text, str) or len(text) <= 40 else text[:37] + "...")
-    if re.search(r"[a-df-zA-DF-Z]", text or ""):
-        raise ValueError(f"custom parameters {shown}: give a plain count such as 1.5e9")
-    try:
-        value = parse_size(text)
-    except (TypeError, ValueError):
-        raise ValueError(f"custom parameters {shown} is not a number such as 1.5e9") from None
-    if value < 1:
-        raise ValueError(f"custom parameters {shown} must be at least 1")
-    if value > MAX_CUSTOM_PARAMETERS:
-        raise ValueError(f"custom parameters {shown} must be at most 1e12 (a trillion)")
-    return int(round(value))
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    return check_int(value, name, minimum)
-
-
-# --- how DataParallel and DDP split a global batch ----------------------------------------
-
-
-def dp_batch_split(batch_size: int, num_gpus: int) -> list[int]:
-    """Samples per GPU when DataParallel scatters a global batch of b over n GPUs.
-
-    ``scatter_gather.py: scatter`` -> ``_functions.py: Scatter.forward`` -> ``comm.py: scatter``
-    -> ``torch/csrc/cuda/comm.cpp: scatter``, which without ``chunk_sizes`` cuts the batch with
-    ``tensor.chunk(n)``: chunks of ``ceil(b/n)`` samples, the last one smaller, and only as many
-    chunks as that takes, which can be fewer than n (b = 10, n = 8: five chunks of 2).
-    ``data_parallel.py: DataParallel.forward`` then replicates to ``device_ids[:len(inputs)]``:
-    one GPU per chunk, GPU0 first. Returns the chunk sizes (whole samples; their length is the
-    number of GPUs used).
-    """
-    b = _check_int("batch_size", batch_size, 1)
-    n = _check_int("num_gpus", num_gpus, 1)
-    chunk = -(-b // n)
-    return [chunk] * (b // chunk) + ([b % chunk] if b % chunk else [])
-
-
-def ddp_samples_per_rank(batch_size: int, num_gpus: int) -> int:
-    """Samples each DDP rank runs for a global batch b: ``ceil(b/n)``, whole samples.
-
-    Every rank runs its own loader; ``torch/utils/data/distributed.py: DistributedSampler``
-    (``drop_last=False``) gives each rank ``ceil(len/n)`` samples, repeating some to make the
-    total a multiple of n, so when n does not divide b the ranks run n ceil(b/n) samples.
-    """
-    b = _check_int("batch_size", batch_size, 1)
-    n = _check_int("num_gpus", num_gpus, 1)
-    return -(-b // n)
-
-
-# --- the models' tensors, for DDP's buckets and DataParallel's 10 MiB chunks ---------------
-
-
-def _gpt2_counts(vocab, positions, h, layers):
-    # Hugging Face GPT2LMHeadModel: wte, wpe, per block ln_1, attn.c_attn, attn.c_proj, ln_2,
-    # mlp.c_fc, mlp.c_proj (Conv1D weights and biases), ln_f; lm_head is tied to wte.
-    block = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h]
-    return [vocab * h, positions * h] + block * layers + [h, h]
-
-
-def _bert_counts(vocab, positions, h, layers, ffn):
-    # Hugging Face BertModel: embeddings (word, position, token type, LayerNorm), per layer
-    # query, key, value, attention.output.dense, LayerNorm, intermediate.dense, output.dense,
-    # LayerNorm (each weight then bias), pooler.dense.
-    layer = [h * h, h] * 4 + [h, h, h * ffn, ffn, ffn * h, h, h, h]
-    return [vocab * h, positions * h, 2 * h, h, h] + layer * layers + [h * h, h]
-
-
-def _llama_counts(vocab, h, layers, mlp, kv_dim):
-    # Hugging Face LlamaForCausalLM: embed_tokens, per layer q, k, v, o projections (no bias),
-    # gate, up, down, input_layernorm, post_attention_layernorm; norm; untied lm_head.
-    layer = [h * h, h * kv_dim, h * kv_dim, h * h, h * mlp, h * mlp, mlp * h, h, h]
-    return [vocab * h] + layer * layers + [h, vocab * h]
-
-
-# Element counts per parameter tensor in registration order, from the published configs that
-# dpcost.presets.MODELS cites; tests/test_explorer.py checks that each adds up to the preset.
-_PARAMETER_COUNTS = {
-    "BERT-base": lambda: _bert_counts(30_522, 512, 768, 12, 3072),
-    "GPT-2 small": lambda: _gpt2_counts(50_257, 1024, 768, 12),
-    "GPT-2 XL": lambda: _gpt2_counts(50_257, 1024, 1600, 48),
-    "Llama-2 7B": lambda: _llama_counts(32_000, 4096, 32, 11_008, 4096),
-    "Llama-2 13B": lambda: _llama_counts(32_000, 5120, 40, 13_824, 5120),
-    "Llama-2 70B": lambda: _llama_counts(32_000, 8192, 80, 28_672, 1024),  # 8 KV heads x 128
-}
-
-
-def parameter_counts(model: ModelPreset) -> list[int] | None:
-    """Elements of each parameter tensor, in registration order; None for a custom model.
-
-    ResNet-50 from ``dataparallel_traffic.resnet50_parameter_bytes``; the transformers from
-    their Hugging Face configs (``_PARAMETER_COUNTS``). None when ``model`` is not a preset
-    with that exact parameter count.
-    """
-    if model.name == "ResNet-50" and model.parameters == MODELS["ResNet-50"].parameters:
-        return [size for _, size in resnet50_parameter_bytes(dtype_bytes=1)]
-    make = _PARAMETER_COUNTS.get(model.name)
-    if make is None or MODELS[model.name].parameters != model.parameters:
-        return None
-    return make()
-
-
-@lru_cache(maxsize=64)
-def _ddp_buckets(name: str, parameters: int, grad_bytes: int) -> tuple[float, ...]:
-    model = MODELS.get(name)
-    model = model if model is not None and model.parameters == parameters else None
-    if model is not None and name == "ResNet-50":
-        ready = resnet50_ready_order_bytes(dtype_bytes=grad_bytes)
-    elif model is not None and name in _PARAMETER_COUNTS:
-        # autograd delivers gradients in about reverse registration order
-        ready = [c * grad_bytes for c in reversed(_PARAMETER_COUNTS[name]())]
-    else:  # a custom model: a stream of tensors small against the caps (see ddp_buckets)
-        return tuple(ddp_bucket_sizes(float(parameters * grad_bytes))) or (0.0,)
-    return tuple(ddp_buckets_from_sizes(ready))
-
-
-def ddp_buckets(model: ModelPreset, precision: str) -> list[float]:
-    """Bytes of DDP's gradient buckets after the rebuild (every iteration but the first).
-
-    ``dataparallel_traffic.ddp_buckets_from_sizes`` (torch's ``_compute_bucket_assignment_by_
-    size``: caps 1 MiB then 25 MiB, tensors never split) over the gradients in ready order at
-    the mode's gradient width. A custom model has no tensor list: it is taken as many tensors
-    small against the caps, i.e. buckets of exactly 1 MiB, then 25 MiB, then the rest.
-    """
-    g = PRECISION_MODES[precision].gradient_bytes
-    return list(_ddp_buckets(model.name, model.parameters, g))
-
-
-# --- compute ---------------------------------------------------------------------------------
-
-
-def training_flops(model: ModelPreset, samples: int) -> float:
-    """FLOPs of forward and backward on ``samples`` samples.
-
-    Transformers: ``6 N T`` with T = samples x the preset's sequence length
-    (``step_time.transformer_training_flops``, Kaplan et al. 2020); ResNet-50:
-    ``step_time.resnet50_training_flops`` (3 x 2 x 4.09e9 per 224 x 224 image); a custom model:
-    6 N per sample, as a network that uses each weight once per sample (an MLP) would.
-    """
-    shape = TRANSFORMER_SHAPES.get(model.name)
-    if shape is not None and MODELS[model.name].parameters == model.parameters:
-        return transformer_training_flops(model.parameters, samples * shape.seq_len)
-    if model.name == "ResNet-50" and MODELS["ResNet-50"].parameters == model.parameters:
-        return resnet50_training_flops(samples)
-    return transformer_training_flops(model.parameters, samples)
-
-
-def peak_flops(gpu, precision: str) -> float:
-    """The GPU's dense peak for the mode's math: bf16 tensor cores for mixed and bf16; plain
-    fp32 for fp32 (PyTorch's matmuls do not use TF32 by default:
-    ``torch.backends.cuda.matmul.allow_tf32`` is False)."""
-    return gpu.peak_flops["fp32" if precision == "fp32" else "bf16"]
-
-
-def _forward_backward(model, samples, gpu, precision, utilisation) -> tuple[float, float]:
-    """(forward, backward) seconds on one GPU: a third and two thirds of ``training_flops``."""
-    seconds = compute_time(training_flops(model, samples), peak_flops(gpu, precision), utilisation)
-    return seconds / 3, 2 * seconds / 3
-
-
-# --- bytes a step moves besides the model ----------------------------------------------------
-
-
-def input_bytes_per_sample(model: ModelPreset, precision: str) -> float:
-    """Bytes of one sample's input, which DataParallel scatters from GPU0: token ids (int64,
-    8 B each) for the transformers, a 3 x 224 x 224 image at the parameters' width for
-    ResNet-50, 0 for a custom model (unknown)."""
-    shape = TRANSFORMER_SHAPES.get(model.name)
-    if shape is not None:
-        return 8.0 * shape.seq_len
-    if model.name == "ResNet-50":
-        return 3 * 224 * 224 * PRECISION_MODES[precision].parameter_bytes
-    return 0.0
-
-
-def buffer_bytes(model: ModelPreset, precision: str) -> float:
-    """Bytes of the buffers DataParallel broadcasts with the parameters: ResNet-50's BatchNorm
-    running statistics (at the parameters' width) and counters (int64); 0 for the others."""
-    if model.name != "ResNet-50":
-        return 0.0
-    counts = resnet50_counts()
-    floats = counts["buffer_elements"] - counts["batchnorm_layers"]
-    return floats * PRECISION_MODES[precision].parameter_bytes + 8.0 * counts["batchnorm_layers"]
-
-
-# --- the scenario -----------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=512)
-def _dp_busy_curve(P, B, G, I, O, batch, gpus_per_node, path):  # noqa: E741 (course symbols)
-    """GPU0's busy bytes for n in CURVE_GPUS up to one node (bytes do not depend on chunking)."""
-    out = []
-    for n in CURVE_GPUS:
-        if n > gpus_per_node:
-            out.append(math.nan)
-            continue
-        k = len(dp_batch_split(batch, n))
-        out.append(_dp_busy_bytes(P, B, G, I, O, k, path))
-    return tuple(out)
-
-
-def _dp_busy_bytes(P, B, G, I, O, k, path) -> float:  # noqa: E741 (course symbols)
-    """GPU0's busy bytes on ``path`` with k GPUs (``dataparallel_traffic.gpu_busy_bytes``).
-
-    Bytes do not depend on how the copies are chunked, only messages do, so the traffic is
-    computed with one chunk per tensor kind (fast for 100 GB models)."""
-    if k <= 1:
-        return 0.0
-    one_chunk = max(P, B, G, 1.0)
-    return gpu_busy_bytes(dp_path_traffic(P, B, G, I, O, k, path=path, chunk_bytes=one_chunk), 0)
-
-
-@lru_cache(maxsize=256)
-def _ddp_curve(G):
-    return tuple(ddp_communication_volume(G, n) for n in CURVE_GPUS)
-
-
-def _memo(function):
-    """``function`` of one bucket size, computed once per distinct size (buckets repeat)."""
-    return lru_cache(maxsize=None)(function)
-
-
-def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
-             gpu, utilisation: float, optimizer: str, batch_size: int,
-             attention: str = "sdpa") -> dict:
-    """Every number the explorer shows, for one setting of the controls.
-
-    ``model`` a ModelPreset, ``intra_link``/``inter_link`` InterconnectPresets (inside a node,
-    between nodes), ``gpu`` a GPUPreset. Returns a dict: bytes per step on the busiest link
-    (``dp`` per path, ``ddp``), the curves over CURVE_GPUS, the modelled steps (``steps``:
-    row name -> dpcost.step_time.StepTime), whether DDP's communication can hide under its
-    backward (``hidden``), memory per GPU (``memory``: strategy -> components) and the fit
-    verdicts against the GPU's capacity (``fits``). DataParallel's entries are None beyond
-    one node (``dp_available`` False).
-    """
-    if precision not in PRECISION_CHOICES:
-        raise ValueError(f"precision must be one of {list(PRECISION_CHOICES)}, got {precision!r}")
-    if attention not in ATTENTIONS:
-        raise ValueError(f"attention must be one of {list(ATTENTIONS)}, got {attention!r}")
-    n = check_num_gpus(num_gpus)
-    if n < 1:
-        raise ValueError(f"num_gpus must be >= 1, got {n}")
-    g = _check_int("gpus_per_node", gpus_per_node, 1)
-    if n > g and n % g:
-        raise ValueError(f"num_gpus ({n}) must be a multiple of gpus_per_node ({g}) beyond "
-                         "one node")
-    b = _check_int("batch_size", batch_size, 1)
-    if not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
-    mode = PRECISION_MODES[precision]
-    N = model.parameters
-    P, G = N * mode.parameter_bytes, N * mode.gradient_bytes
-    B = buffer_bytes(model, precision)
-    in_sample = input_bytes_per_sample(model, precision)
-    out_sample = model.output_elements_per_sample * mode.activation_bytes
-    nodes = max(1, n // g)
-    dp_available = n <= g
-    s = {"model_size_bytes": P, "gradient_bytes": G, "num_gpus": n, "gpus_per_node": g,
-         "nodes": nodes, "batch_size": b, "dp_available": dp_available,
-         "capacity_bytes": gpu.memory_bytes, "curve_gpus": CURVE_GPUS,
-         "dp_copy_curve": _dp_busy_curve(P, B, G, in_sample * b, out_sample * b, b, g, "copy"),
-         "dp_nccl_curve": _dp_busy_curve(P, B, G, in_sample * b, out_sample * b, b, g, "nccl"),
-         "ddp_curve": _ddp_curve(G), "ddp_bytes": ddp_communication_volume(G, n)}
-
-    # DDP: every rank runs ceil(b/n) samples; buckets all-reduced under backward.
-    per_rank = ddp_samples_per_rank(b, n)
-    fwd, bwd = _forward_backward(model, per_rank, gpu, precision, utilisation)
-    buckets = ddp_buckets(model, precision)
-    beta, alpha = intra_link.bandwidth_bytes_per_s, intra_link.latency_s
-    steps = {}
-    if n <= g:
-        steps[DDP_RING] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha)
-    else:
-        links = (beta, alpha, inter_link.bandwidth_bytes_per_s, inter_link.latency_s)
-        two_level = _memo(lambda x: hierarchical_allreduce_time(x, g, nodes, *links)["total"])
-        flat = _memo(lambda x: flat_ring_multinode_time(x, g, nodes, *links))
-        steps[DDP_TWO_LEVEL] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha,
-                                             allreduce_time=two_level)
-        steps[DDP_FLAT] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha, allreduce_time=flat)
-    ddp_name = DDP_RING if n <= g else DDP_TWO_LEVEL
-    s["ddp_per_rank_samples"] = per_rank
-    s["ddp_buckets"] = len(buckets)
-    s["ddp_backward_s"] = bwd
-    s["hidden"] = {name: communication_hidden(bwd, st.communication_s)
-                   for name, st in steps.items()}
-
-    # DataParallel, inside one node only: torch.chunk's split, then one replica per chunk.
-    memory = {}
-    if dp_available:
-        split = dp_batch_split(b, n)
-        k = len(split)
-        fwd0, bwd0 = _forward_backward(model, split[0], gpu, precision, utilisation)
-        counts = parameter_counts(model)
-        sizes = [c * mode.parameter_bytes for c in counts] if counts else None
-        for name, path in ((DP_COPY, "copy"), (DP_NCCL, "nccl")):
-            steps[name] = dp_step_time(fwd0, bwd0, P, G, k, beta, alpha, path=path,
-                                       buffer_bytes=B, input_bytes=in_sample * b,
-                                       output_bytes=out_sample * b, param_sizes=sizes)
-        s["dp_split"] = split
-        s["dp_gpus_used"] = k
-        s["dp_bytes"] = {path: _dp_busy_bytes(P, B, G, in_sample * b, out_sample * b, k, path)
-                         for path in ("copy", "nccl")}
-        gpu0 = dict(memory_per_gpu(model, k, b, optimizer, precision,
-                                   attention=attention)["dp_gpu0"])
-        # GPU0 runs the first (largest) chunk: whole samples, not the smooth b/k.
-        gpu0["activations"] = activation_bytes_per_sample(model, precision, attention) * split[0]
-        memory["dp_gpu0"] = gpu0
-    else:
-        s["dp_split"], s["dp_gpus_used"], s["dp_bytes"] = None, 0, None
-    s["steps"] = steps
-    s["ddp_name"] = ddp_name
-    # A rank's memory with its ceil(b/n) samples: the smooth model at a batch of n ceil(b/n).
-    padded = per_rank * n
-    memory["ddp"] = memory_per_gpu(model, n, padded, optimizer, precision,
-                                   attention=attention)["ddp_rank"]
-    for strategy in ("zero1", "zero2", "zero3"):
-        memory[strategy] = rank_memory(model, n, padded, strategy, optimizer, precision,
-                                       attention=attention)
-    s["memory"] = memory
-    s["fits"] = fit_verdicts(memory, gpu.memory_bytes)
-    return s
-
-
-def _samples(k: int) -> str:
-    return f"{k} sample{'s' if k != 1 else ''}"
-
-
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.3g}x" if b > 0 else "n/a"
-
-
-def verdict(s: dict) -> str:
-    """The scenario's outcome in words: which side wins, on what, and on which path."""
-    n, g = s["num_gpus"], s["gpus_per_node"]
-    steps = s["steps"]
-    ddp = steps[s["ddp_name"]]
-    if n <= 1:
-        return "One GPU: nothing to communicate, so DP and DDP take the same time."
-    if not s["dp_available"]:
-        text = (f"{CANNOT_SPAN}: {n} GPUs are {s['nodes']} nodes of {g}, so only DDP runs "
-                f"here, {format_seconds(ddp.total_s)} per step with the two-level all-reduce "
-                f"against {format_seconds(steps[DDP_FLAT].total_s)} with a flat ring")
-        return text + "."
-    nccl, copy = steps[DP_NCCL], steps[DP_COPY]
-    faster = "faster" if ddp.total_s < nccl.total_s else "not faster"
-    nccl_ratio = _ratio(s["dp_bytes"]["nccl"], s["ddp_bytes"])
-    copy_ratio = _ratio(s["dp_bytes"]["copy"], s["ddp_bytes"])
-    return (f"DDP is {faster} than DP on the NCCL path (every Linux CUDA build): "
-            f"{format_seconds(ddp.total_s)} against {format_seconds(nccl.total_s)} per step "
-            f"({_ratio(nccl.total_s, ddp.total_s)}), with "
-            f"{format_seconds(ddp.exposed_communication_s)} of communication exposed against "
-            f"{format_seconds(nccl.exposed_communication_s)}. On that path GPU0's link carries "
-            f"only {nccl_ratio} a DDP rank's bytes, so DDP wins by time (overlap, no broadcast "
-            f"of the parameters each step), not by bytes; the copy path (no NCCL) carries "
-            f"{copy_ratio} and takes "
-            f"{format_seconds(copy.total_s)}.")
+from dpcost.explorer_views import MemoryView, StepView, VolumeView
+from dpcost.memory import ATTENTIONS, total_bytes
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS, custom_model
+from dpcost.units import format_bytes, format_seconds
+
+__all__ = ["Explorer", "scenario", "verdict", "parse_parameter_count", "CUSTOM", "GPU_CHOICES",
+           "GPUS_PER_NODE_CHOICES", "INTRA_NODE_LINKS", "INTER_NODE_LINKS", "OPTIMIZERS",
+           "PRECISION_CHOICES", "DEFAULTS", "CANNOT_SPAN", "STRATEGY_NAMES", "CURVE_GPUS",
+           "DP_COPY", "DP_NCCL", "DDP_RING", "DDP_TWO_LEVEL", "DDP_FLAT"]
 
 
 class Explorer:

@@ -26,25 +26,11 @@ from matplotlib.ticker import (
 )
 
 from dpcost.plots import style
-from dpcost.units import format_bytes
+from dpcost.units import format_bytes, format_seconds
 
 FIGSIZE = (6.4, 4.3)  # two side by side fill a 1280-pixel-wide screen at 100 dpi
 
 COMPONENT_COLORS = style.COMPONENT_COLORS  # memory components, bottom to top
-
-
-def format_seconds(seconds: float, digits: int = 3) -> str:
-    """A duration for people, to ``digits`` significant digits: 0.0123 s -> "12.3 ms".
-
-    Units: h, min, s, ms, µs, ns; 5400 s -> "1.5 h"."""
-    if not math.isfinite(seconds):
-        return f"{seconds} s"
-    if seconds == 0:
-        return "0 s"
-    for scale, unit in ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.{digits}g} {unit}"
-    return f"{seconds / 1e-9:.{digits}g} ns"
 
 
 def _bytes_tick(value, _pos) -> str:

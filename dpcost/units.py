@@ -72,3 +72,17 @@ def format_bytes(num_bytes: float, binary: bool = False, digits: int = 4) -> str
     if index == 0:
         return f"{value:.0f} B"
     return f"{value:.{digits}g} {names[index]}"
+
+
+def format_seconds(seconds: float, digits: int = 3) -> str:
+    """A duration for people, to ``digits`` significant digits: 0.0123 s -> "12.3 ms".
+
+    Units: h, min, s, ms, µs, ns; 5400 s -> "1.5 h"."""
+    if not math.isfinite(seconds):
+        return f"{seconds} s"
+    if seconds == 0:
+        return "0 s"
+    for scale, unit in ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.{digits}g} {unit}"
+    return f"{seconds / 1e-9:.{digits}g} ns"

@@ -293,7 +293,7 @@ def test_the_shared_validators_name_the_parameter_and_agree_everywhere():
     """core's check_int, check_choice and check_ranks are the models' one set of validators."""
     import numpy as np
 
-    from dpcost import explorer, memory, presets, strategies
+    from dpcost import explorer_model, memory, presets, strategies
     from dpcost.core import check_choice, check_int, check_ranks
 
     assert check_int(np.int64(3), "k", 1) == 3 and type(check_int(np.int64(3), "k", 1)) is int
@@ -309,7 +309,7 @@ def test_the_shared_validators_name_the_parameter_and_agree_everywhere():
     with pytest.raises(ValueError, match="num_gpus must be >= 1"):
         check_ranks(0)
     # the cases the copies used to disagree on: a numpy int in the explorer, 10**400 bytes
-    assert explorer._check_int("global_batch", np.int64(8), 1) == 8
+    assert explorer_model._check_int("global_batch", np.int64(8), 1) == 8
     with pytest.raises(ValueError, match="size_bytes must be finite"):
         strategies.ring_allreduce_bytes(10**400, 4)
     with pytest.raises(ValueError, match="x must be finite"):

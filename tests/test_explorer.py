@@ -14,7 +14,7 @@ import re
 import pytest
 from PIL import Image, ImageChops
 
-from dpcost import explorer as X
+from dpcost import explorer_model as X
 from dpcost.dataparallel_traffic import (
     ddp_buckets_from_sizes,
     dp_path_traffic,
@@ -22,9 +22,8 @@ from dpcost.dataparallel_traffic import (
     resnet50_ready_order_bytes,
 )
 from dpcost.explorer import Explorer, parse_parameter_count
-from dpcost.explorer_views import format_seconds
 from dpcost.memory import fits, memory_per_gpu, rank_memory, total_bytes
-from dpcost.presets import GPUS, INTERCONNECTS, MODELS
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS, custom_model
 from dpcost.step_time import (
     communication_hidden,
     ddp_step_time,
@@ -32,7 +31,7 @@ from dpcost.step_time import (
     flat_ring_multinode_time,
     hierarchical_allreduce_time,
 )
-from dpcost.units import format_bytes
+from dpcost.units import format_bytes, format_seconds
 
 
 def close(a, b, rel=1e-12):
@@ -141,7 +140,7 @@ def test_defaults_are_a_real_case_gpt2_xl_on_8_h100_in_one_node(explorer):
 def test_parameter_tensors_add_up_to_each_presets_exact_count(name):
     counts = X.parameter_counts(MODELS[name])
     assert sum(counts) == MODELS[name].parameters
-    assert X.parameter_counts(X.custom_model(123)) is None
+    assert X.parameter_counts(custom_model(123)) is None
 
 
 @pytest.mark.parametrize("b,n,split", [
@@ -406,3 +405,25 @@ def test_the_committed_notebook_keeps_a_static_snapshot_of_the_opening_explorer(
         saved = Image.open(io.BytesIO(png)).convert("RGB")
         assert saved.size == expected.size and ImageChops.difference(saved, expected).getbbox() \
             is None, f"the {name} snapshot differs from a fresh explorer's figure"
+
+
+def test_the_model_runs_without_ipywidgets_matplotlib_or_torch():
+    """explorer_model computes what the widget shows with none of them importable (as on a page
+    in the browser)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "for name in ('ipywidgets', 'matplotlib', 'torch', 'numpy'):\n"
+            "    sys.modules[name] = None  # as if not installed\n"
+            "from dpcost import explorer_model as m\n"
+            "from dpcost.presets import GPUS, INTERCONNECTS as L, MODELS\n"
+            "s = m.scenario(MODELS['GPT-2 XL'], 'mixed', 8, 8, L['NVLink 4 (H100)'],\n"
+            "               L['InfiniBand NDR'], GPUS['H100 SXM 80GB'], 0.5, 'adam', 64)\n"
+            "print(bool(m.verdict(s)), sorted(n for n in sys.modules if n.startswith('dpcost')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown, modules = done.stdout.split(" ", 1)
+    assert shown == "True"
+    assert "'dpcost.explorer'" not in modules and "explorer_views" not in modules
