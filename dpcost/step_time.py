@@ -34,6 +34,7 @@ from dpcost.core import check_num_gpus, check_real
 
 __all__ = [
     "ring_allreduce_time",
+    "serial_completion",
     "bucketed_allreduce_time",
     "hierarchical_allreduce_time",
     "flat_ring_multinode_time",
@@ -254,6 +255,20 @@ class StepTime:
         return self.exposed_communication_s / self.total_s if self.total_s > 0 else 0.0
 
 
+def serial_completion(ready, durations) -> list[tuple[float, float]]:
+    """(start, end) of each all-reduce when they run one after another in bucket order: bucket
+    k starts once it is ready and the one before it is done, ``c_k = max(r_k, c_{k-1}) + t_k``
+    (one stream of collectives, as DDP issues them; any time unit)."""
+    if len(ready) != len(durations):
+        raise ValueError("ready and durations must have one entry per bucket")
+    spans, done = [], None
+    for r, t in zip(ready, durations, strict=True):
+        start = r if done is None else max(r, done)
+        done = start + t
+        spans.append((start, done))
+    return spans
+
+
 def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes_per_s,
                   latency_s, optimizer_s=0.0, allreduce_time=None) -> StepTime:
     """A DDP step: forward, backward with the buckets' all-reduces under it, the tail, the step.
@@ -280,14 +295,14 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
                  Interval("backward", "compute", fwd, fwd + bwd)]
     total_grad = sum(sizes)
     backward_end = fwd + bwd
-    done, produced, comm = fwd, 0.0, 0.0
-    for k, b in enumerate(sizes if n > 1 else []):
+    ready, durations, produced = [], [], 0.0
+    for b in sizes if n > 1 else []:
         produced += b
-        ready = fwd + (bwd * produced / total_grad if total_grad > 0 else bwd)
-        start = max(ready, done)
-        duration = allreduce_time(b)
-        done = start + duration
-        comm += duration
+        ready.append(fwd + (bwd * produced / total_grad if total_grad > 0 else bwd))
+        durations.append(allreduce_time(b))
+    done, comm = fwd, 0.0
+    for k, (start, done) in enumerate(serial_completion(ready, durations)):
+        comm += durations[k]
         intervals.append(Interval(f"all-reduce bucket {k}", "communication", start, done))
     end = max(backward_end, done)
     intervals.append(Interval("optimizer step", "compute", end, end + opt))

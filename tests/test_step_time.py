@@ -23,6 +23,7 @@ from dpcost.step_time import (
     hierarchical_allreduce_time,
     resnet50_training_flops,
     ring_allreduce_time,
+    serial_completion,
     transformer_training_flops,
 )
 
@@ -243,3 +244,12 @@ def test_gloo_messages_match_a_simulation_of_the_loops():
 def test_bad_inputs_name_the_parameter(call, name):
     with pytest.raises((TypeError, ValueError), match=name):
         call()
+
+
+def test_serial_completion_runs_the_buckets_one_after_another():
+    # by hand: bucket 0 ready at 1 takes 2 (1-3); bucket 1 ready at 2 waits for it (3-4);
+    # bucket 2 ready at 10 starts at once (10-11)
+    assert serial_completion([1, 2, 10], [2, 1, 1]) == [(1, 3), (3, 4), (10, 11)]
+    assert serial_completion([], []) == []
+    with pytest.raises(ValueError, match="one entry per bucket"):
+        serial_completion([1], [])

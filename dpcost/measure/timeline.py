@@ -25,6 +25,8 @@ import math
 import numbers
 import statistics
 
+from dpcost.step_time import serial_completion
+
 LANES = ("compute", "comm", "grad")
 
 
@@ -174,11 +176,8 @@ def predicted_exposed_s(ready_ns, sizes_bytes, a: float, b: float, last_ready_ns
     """The overlap model's exposed tail in seconds (module docstring): c_K - last ready."""
     if len(ready_ns) != len(sizes_bytes):
         raise ValueError("ready_ns and sizes_bytes must have one entry per bucket")
-    done = None
-    for ready, size in zip(ready_ns, sizes_bytes, strict=True):
-        start = ready if done is None else max(ready, done)
-        done = start + (a + b * size) * 1e9
-    return max(0.0, (done - last_ready_ns) / 1e9) if done is not None else 0.0
+    spans = serial_completion(ready_ns, [(a + b * size) * 1e9 for size in sizes_bytes])
+    return max(0.0, (spans[-1][1] - last_ready_ns) / 1e9) if spans else 0.0
 
 
 def predicted_ddp(events, a: float, b: float) -> dict:
