@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from dpcost.core import check_model_size_bytes, check_num_gpus, check_real
+from dpcost.dataparallel_traffic import DP_CHUNK_BYTES
 
 __all__ = [
     "ddp_communication_time_terms",
@@ -116,7 +117,7 @@ def ddp_bucketed_time_terms(bucket_bytes, num_gpus, bandwidth_bytes_per_s,
 
 
 def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s,
-                          path="copy", chunk_bytes=10_485_760) -> tuple[float, float]:
+                          path="copy", chunk_bytes=DP_CHUNK_BYTES) -> tuple[float, float]:
     """(latency, bandwidth) seconds of DataParallel's broadcast of P and reduce of G = P.
 
     Each is cut into ``c = ceil(P / chunk_bytes)`` chunks (``comm.py``'s 10 MiB

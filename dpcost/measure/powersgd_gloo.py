@@ -49,6 +49,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from dpcost.measure.launch import _die_with_parent, free_port, warm_context
+from dpcost.measure.strategy_scenarios import POWERSGD_BUCKET_CAP_MB
 
 WIDTH, DEPTH = 500, 4  # scenarios.build_model: 4 x Linear(500), P = 4,008,000 B (fp32)
 WORLD_SIZE = 2
@@ -56,7 +57,7 @@ START_ITER = 2  # PowerSGDState's start_powerSGD_iter: plain all-reduce before i
 COMPRESSED_STEPS = 2
 STALL_S = 3.0  # no new call for this long once both ranks train: hung (a step: ~0.1 s)
 STRAGGLER_S = 0.2
-ONE_BUCKET_MB = 1024  # as strategy_scenarios.POWERSGD_BUCKET_CAP_MB
+ONE_BUCKET_MB = POWERSGD_BUCKET_CAP_MB  # one bucket, as the strategies ladder's PowerSGD rung
 ROLES = {"_allreduce_fut": "plain", "powerSGD_hook": "U",
          "unpack_uncompressed_tensors_and_allreduce_ps": "P", "compute_qs": "Q"}
 HOOK_WAITS = ("unpack_uncompressed_tensors_and_allreduce_ps", "compute_qs")

@@ -39,6 +39,8 @@ import collections
 import contextlib
 import math
 
+from dpcost import strategies as st
+
 # torch is imported inside the functions that need it: the launcher and the report import
 # this module for the scenario names and the predictions, without torch.
 
@@ -47,6 +49,7 @@ POWERSGD_RANK = 1
 POWERSGD_START = 2  # the smallest start PowerSGDState allows with error feedback
 BUCKET_CAP_MB = 0.5  # MiB: several buckets for a model of a few MB
 POWERSGD_BUCKET_CAP_MB = 1024  # MiB: one bucket (see StrategyScenario._wrap)
+FP32_ADAM_BYTES = sum(st.bytes_per_parameter("fp32", "adam"))  # 4 + 4 + 8 per parameter
 LEARNING_RATE = 1e-3
 TEACHER_SEED = 1
 DATASET_BATCHES = 4  # batches per rank in the training set (cycled): the loss can fall
@@ -335,7 +338,6 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
                 backend: str = "gloo", warmup: int = 2) -> dict:
     """What ``dpcost.strategies`` predicts for scenario ``name`` on ``rank``, per step:
     predicted sent/received bytes, messages and model-state census bytes (fp32 Adam)."""
-    from dpcost import strategies as st
 
     if name not in NAMES:
         raise ValueError(f"strategy scenario must be one of {NAMES}, got {name!r}")
@@ -365,7 +367,7 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
                        depth, **common)
     state = cost.model_state_bytes
     if name.startswith("fsdp"):  # the census is read after the step: everything resharded,
-        state = 16 * st.fsdp_local_numel(shapes, n, rank)  # this rank's shards, fp32 Adam
+        state = FP32_ADAM_BYTES * st.fsdp_local_numel(shapes, n, rank)  # this rank's shards
     return {"predicted_sent_bytes": cost.sent_bytes,
             "predicted_received_bytes": cost.received_bytes,
             "predicted_messages": cost.messages,
@@ -391,7 +393,6 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
     ``modelled_peak_state_bytes`` the peak (FSDP without resharding holds p Psi more between
     forward and backward).
     """
-    from dpcost import strategies as st
     from dpcost.measure.shape import DEPTH
 
     n, p = report["world_size"], report["param_bytes"]
@@ -403,7 +404,7 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
     for rung, cost in zip(st.LADDER, modelled, strict=True):
         between = cost.model_state_bytes  # what the census reads, after the optimizer step
         if rung.startswith("FSDP"):  # this rank's shards (the peak adds p Psi w/o reshard)
-            between = 16 * st.fsdp_local_numel(shapes, n, rank)
+            between = FP32_ADAM_BYTES * st.fsdp_local_numel(shapes, n, rank)
         scenario = LADDER_SCENARIOS[rung]
         measured = None
         if scenario in report["scenarios"]:

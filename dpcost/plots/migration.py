@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from dpcost.memory import model_state_bytes_per_parameter
 from dpcost.plots import style
+from dpcost.presets import MODELS
 
 SETUPS = ("set_device and map_location", "no set_device", "no map_location")
 ITEMS = ("CUDA context", "model states", "checkpoint read back")
@@ -56,9 +58,16 @@ def gpu_placement(num_gpus: int, setup: str, context_bytes: float, state_bytes: 
     return gpus
 
 
+# ResNet-50 with Adam in fp32: model states (weights, gradients, moments) and a checkpoint's
+# (weights and moments), from dpcost.presets and dpcost.memory.
+_RESNET50 = MODELS["ResNet-50"].parameters
+_FP32_ADAM = model_state_bytes_per_parameter("fp32", "adam")
+
+
 def gpu_placement_figure(num_gpus: int = 4, context_bytes: float = 0.5e9,
-                         state_bytes: float = 25_557_032 * 16,
-                         checkpoint_bytes: float = 25_557_032 * 12):
+                         state_bytes: float = _RESNET50 * sum(_FP32_ADAM.values()),
+                         checkpoint_bytes: float = _RESNET50 * (
+                             _FP32_ADAM["parameters"] + _FP32_ADAM["optimizer state"])):
     """Stacked bars in GB (decimal): what each GPU holds, one panel per set-up.
 
     Defaults: n = 4; an assumed 0.5 GB CUDA context; ResNet-50 (25,557,032 parameters) with
