@@ -27,7 +27,7 @@ from dpcost.measure.launch import MeasureError
 from dpcost.measure.report import build_report, render_table
 from dpcost.measure.shape import model_shape, param_bytes_of
 from dpcost.measure.strategy_scenarios import NAMES as STRATEGY_SCENARIOS
-from dpcost.measure.worker import RunConfig
+from dpcost.measure.worker import MEASURABLE, RunConfig
 
 COUNTERS = ("auto", "tcp_info", "profiler")
 MIN_MODEL_BYTES = 250_000  # below this gloo's framing exceeds the 0.5 % the tests allow
@@ -60,8 +60,7 @@ def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 
                          f"would swamp a smaller model), got {model_bytes!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    known = ("ddp", "dp", "dp-nccl", "ddp-plain", "ddp-counted", "ddp-profiler",
-             "ddp-timeline", "dp-timeline", "dp-nccl-timeline") + STRATEGY_SCENARIOS
+    known = MEASURABLE
     unknown = [s for s in scenarios if s not in known]
     if unknown or not scenarios:
         raise ValueError(f"scenarios must be among {known}, got {list(scenarios)!r}")

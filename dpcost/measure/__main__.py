@@ -29,13 +29,12 @@ from dpcost.measure import (
 from dpcost.measure.launch import Interrupted, Terminated
 from dpcost.measure.strategy_scenarios import NAMES as STRATEGY_SCENARIOS
 from dpcost.measure.strategy_scenarios import unavailable
-from dpcost.measure.worker import FAULTS
+from dpcost.measure.worker import FAULTS, PATTERNS, TIMED
 
 PROG = "python -m dpcost.measure"
 
-CHOICES = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "timeline", "all",
-           "strategies") + STRATEGY_SCENARIOS
-TIMELINE = ["ddp-timeline", "dp-timeline", "dp-nccl-timeline"]  # lesson 07's timed scenarios
+CHOICES = (*PATTERNS, "dataparallel-cuda", "timeline", "all", "strategies") + STRATEGY_SCENARIOS
+TIMELINE = list(TIMED)  # lesson 07's timed scenarios
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):

@@ -26,11 +26,11 @@ from dpcost.core import ddp_communication_volume, dp_communication_volume
 from dpcost.dataparallel_traffic import chain_busy_bytes, chain_messages, chain_step_bytes
 from dpcost.measure import strategy_scenarios
 from dpcost.measure.shape import DEPTH
+from dpcost.measure.worker import PREDICTED
 from dpcost.units import format_bytes
 
 # The strategies beyond DDP (strategy_scenarios.NAMES) are predicted by dpcost.strategies.
-SCENARIOS = ("ddp", "dp", "dp-nccl", "dataparallel-cuda", "ddp-timeline", "dp-timeline",
-             "dp-nccl-timeline") + strategy_scenarios.NAMES
+SCENARIOS = PREDICTED  # dpcost/measure/worker.py: the one list of names
 
 
 def predicted_bytes(scenario: str, rank: int, param_bytes: float, world_size: int) -> tuple:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from dpcost.core import ddp_communication_volume
-from dpcost.measure import counters
+from dpcost.measure import counters, strategy_scenarios
 
 PROGRESS_STARTING, PROGRESS_READY = 0, 1
 # What a rank is doing, reported to the launcher so that a hang can be located. Kept here, not
@@ -91,7 +91,7 @@ def _snapshot(exclude_port, wire_ok):
 def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     import torch.distributed as dist
 
-    from dpcost.measure import scenarios, strategy_scenarios
+    from dpcost.measure import scenarios
 
     def progress(iteration, phase):
         report(encode_progress(index, iteration, phase))
@@ -109,7 +109,7 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         torch.cuda.reset_peak_memory_stats(device)
         cuda_before = torch.cuda.memory_allocated(device)
     kind = name.split("#")[0]  # "ddp#2": a repeat of "ddp" (the overhead benchmark interleaves)
-    if kind in ("ddp", "ddp-plain", "ddp-counted", "ddp-profiler"):
+    if kind in ("ddp", *DDP_VARIANTS):
         # "ddp" times plain DDP, as users run it; its buckets are counted afterwards, on an
         # identical model, by _count_buckets. "ddp-counted" keeps the hook inside the timed
         # window, so that the overhead benchmark can show what the hook costs per step.
@@ -243,9 +243,17 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     return result
 
 
-# The timed scenarios (dpcost/measure/timed.py) and their classes.
+# The one list of scenario names; _measure_scenario builds each. The patterns lessons 06 and the
+# CLI measure, DDP's variants for the overhead benchmark, the timed scenarios of lesson 07
+# (dpcost/measure/timed.py, with their classes) and the strategies beyond DDP
+# (strategy_scenarios.NAMES). measure_traffic accepts MEASURABLE; the report predicts
+# PREDICTED (dataparallel-cuda runs in one process, beside the ranks).
+PATTERNS = ("ddp", "dp", "dp-nccl")
+DDP_VARIANTS = ("ddp-plain", "ddp-counted", "ddp-profiler")
 TIMED = {"ddp-timeline": "TimedDDPScenario", "dp-timeline": "TimedDPPatternScenario",
          "dp-nccl-timeline": "TimedDPChainScenario"}
+MEASURABLE = PATTERNS + DDP_VARIANTS + tuple(TIMED) + strategy_scenarios.NAMES
+PREDICTED = PATTERNS + ("dataparallel-cuda",) + tuple(TIMED) + strategy_scenarios.NAMES
 COUNTED_STEPS = 2  # the hook's count is the same every steady-state iteration: P
 
 
