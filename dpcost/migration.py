@@ -34,6 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dpcost.procs import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -84,16 +86,6 @@ def _train_each(script, cases):
                 for name, argv in cases.items()}
 
 
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _die_with_parent() -> None:
-    """In a child: get SIGKILL when the parent dies (Linux), even if it had no time to clean up."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
 
 def _descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (children of children too), read from /proc (Linux)."""
@@ -139,7 +131,7 @@ def _run(command: list[str], timeout_s: float) -> str:
         OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True, cwd=ROOT, env=env,
-                               preexec_fn=_die_with_parent)
+                               preexec_fn=die_with_parent)
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -371,7 +363,7 @@ def render_rows(rows: list[dict]) -> str:
 
 def _torchrun_main(cases_file: str, out_file: str) -> None:
     """The torchrun entry: every rank runs train_ddp.py's train() once per case."""
-    _die_with_parent()  # torchrun's agent killed -> this rank goes too
+    die_with_parent()  # torchrun's agent killed -> this rank goes too
     if "torchrun" not in Path(f"/proc/{os.getppid()}/cmdline").read_text(errors="replace"):
         sys.exit("dpcost.migration: started outside torchrun, or torchrun is already gone")
     script = load_script("train_ddp")  # imports torch._dynamo before setup() inits the group

@@ -7,11 +7,12 @@ import http.server
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+
+from dpcost.procs import free_port  # noqa: F401 - the browser tests import it from here
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists()
                                          else None)
@@ -22,12 +23,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 NO_CHROMIUM = ("no Chromium at /usr/bin/chromium or on PATH "
                "(install it with `make browser`, i.e. apt-get install -y chromium)")
 LOCAL = "http://127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:

@@ -7,7 +7,8 @@ import psutil
 import pytest
 
 from dpcost.measure import MeasureError, measure_traffic
-from dpcost.measure.launch import free_port, warm_context
+from dpcost.measure.launch import warm_context
+from dpcost.procs import free_port
 
 
 def our_descendants():

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dpcost.measure.launch import free_port
+from dpcost.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")

@@ -26,14 +26,12 @@ in OpenMP, with one thread it does not.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
 import select
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -49,6 +47,7 @@ from dpcost.exercises import hints as _hints
 from dpcost.exercises.report import Report, TestResult
 from dpcost.exercises.sandbox import student_function_name
 from dpcost.migration import SAME_ORDER, SAME_SAMPLES, same_order_every_epoch, same_samples
+from dpcost.procs import die_with_parent, free_port
 
 WORLD_SIZE = 2
 DEFAULT_TIMEOUT = 30.0  # seconds for a whole run (reference + 2 ranks); ~2-4 s when right
@@ -59,7 +58,6 @@ SETTINGS = {  # name: (dataset size, epochs, global batch, seed)
     "48 samples, 3 epochs, global batch 12": (48, 3, 12, 1),
 }
 CHECK_SETTING = "32 samples, 2 epochs, global batch 8"
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _TIMEOUT = [DEFAULT_TIMEOUT]  # the current run's limit, for DPCOST_EX3_DEBUG_DIR's dumps
 
 
@@ -140,17 +138,6 @@ class RecordingDataset(Dataset):
         return [self.dataset[i] for i in indices]
 
 
-def _die_with_parent():
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _flat_params(model) -> list[float]:
     return torch.cat([p.detach().flatten().double() for p in model.parameters()]).tolist()
 
@@ -178,7 +165,7 @@ def _describe_error(exc: BaseException) -> dict:
 
 def _rank_main(fn, rank, port, setting, folder) -> None:
     """One rank: torchrun's environment, the student's function, a JSON file with what it did."""
-    _die_with_parent()
+    die_with_parent()
     torch.set_num_threads(1)
     debug = os.environ.get("DPCOST_EX3_DEBUG_DIR")  # where a stuck rank dumps its stacks
     if debug:
@@ -236,7 +223,7 @@ def _run_ranks(fn, setting, timeout: float) -> dict:
                          os.path.join(folder, "reference.pt"))
     summary = {"reference": {"params": _flat_params(reference),
                              "batches": reference_data.batches}, "ranks": {}}
-    port = _free_port()
+    port = free_port()
     children = {}
     for rank in range(WORLD_SIZE):
         pid = os.fork()
@@ -290,7 +277,7 @@ def _read_rank(folder, rank):
 
 def _sandbox_child(fn, setting, timeout, write_fd) -> None:
     os.setsid()  # a session and process group of our own: the parent kills it whole
-    _die_with_parent()
+    die_with_parent()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing the ranks print reaches the notebook
     os.dup2(devnull, 2)

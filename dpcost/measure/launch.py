@@ -33,18 +33,17 @@ import multiprocessing
 import os
 import queue
 import signal
-import socket
 import sys
 import threading
 import time
 
 from dpcost.measure import worker
+from dpcost.procs import die_with_parent, exit_cause, free_port
 
 # Imported once in the warm process (forkserver); every helper and rank is forked from it.
 WARM_MODULES = ("torch", "torch._dynamo", "torch.distributed")
 GRACE_S = 2.0  # time to let the peers of a failed rank report, so that the first cause wins
 EXIT_TIMEOUT_S = 30.0  # a rank that posted its result must have exited within this time
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 M_MMAP_THRESHOLD = -3  # from <malloc.h>
 
 
@@ -74,18 +73,6 @@ class Interrupted(MeasureError):
     def __init__(self, signum, message):
         super().__init__(message)
         self.signum, self.exit_status = signum, 128 + signum
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1 (the kernel picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _die_with_parent():
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def warm_context():
@@ -133,7 +120,7 @@ def fork_ranks(config, port, progress, messages, environ):
 
     Forked from the warm process, it starts with that process's environment: ``environ`` is
     the caller's, as a spawned helper would have had it."""
-    _die_with_parent()
+    die_with_parent()
     # Ctrl-C reaches the whole process group; the launcher alone handles it and ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the warm process ignores it; we must not
@@ -151,7 +138,7 @@ def fork_ranks(config, port, progress, messages, environ):
     for rank in range(config.world_size):
         pid = os.fork()
         if pid == 0:  # the rank
-            _die_with_parent()
+            die_with_parent()
             status = worker.local_rank_main(rank, config, port, progress, messages)
             messages.close()
             messages.join_thread()  # flush the result before leaving
@@ -174,12 +161,6 @@ def fork_ranks(config, port, progress, messages, environ):
         messages.put(("exit", rank, code))  # every rank's status, 0 included
 
 
-def _exit_cause(code) -> str:
-    if code < 0:
-        return f"killed by signal {signal.Signals(-code).name}"
-    return f"exited with status {code}"
-
-
 def _consequences(ranks) -> str:
     return (f" (then rank(s) {', '.join(map(str, sorted(ranks)))} failed as a consequence)"
             if ranks else "")
@@ -192,14 +173,14 @@ def _first_failure(errors, silent, after_result):
     if silent:
         rank, code = silent[0]
         others = {e[1] for e in errors} | {r for r, _ in silent[1:]}
-        return MeasureError(f"rank {rank} died: {_exit_cause(code)} without reporting"
+        return MeasureError(f"rank {rank} died: {exit_cause(code)} without reporting"
                             f"{_consequences(others - {rank})}", rank)
     if errors:
         _, rank, _, cause, details = min(errors, key=lambda error: error[2])
         others = {e[1] for e in errors} - {rank}
         return MeasureError(f"rank {rank} failed: {cause}{_consequences(others)}", rank, details)
     rank, code = after_result[0]
-    how = f"died, {_exit_cause(code)}" if code < 0 else _exit_cause(code)
+    how = f"died, {exit_cause(code)}" if code < 0 else exit_cause(code)
     return MeasureError(f"rank {rank} posted its result, then {how}", rank)
 
 
@@ -303,7 +284,7 @@ def _watch_until_done(helper, progress, messages, config, timeout_s, startup_tim
         if failed_at is not None and (now - failed_at > GRACE_S or everyone_ended):
             if not (errors or silent or after_result):
                 raise MeasureError(f"the process that starts the ranks ended: "
-                                   f"{_exit_cause(helper.exitcode)}")
+                                   f"{exit_cause(helper.exitcode)}")
             raise _first_failure(errors, silent, after_result)
         if len(results) == n and len(exits) == n:  # all reported and all exited 0
             break

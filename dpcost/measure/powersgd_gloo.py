@@ -48,8 +48,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from dpcost.measure.launch import _die_with_parent, free_port, warm_context
+from dpcost.measure.launch import warm_context
 from dpcost.measure.strategy_scenarios import POWERSGD_BUCKET_CAP_MB
+from dpcost.procs import die_with_parent, free_port
 
 WIDTH, DEPTH = 500, 4  # scenarios.build_model: 4 x Linear(500), P = 4,008,000 B (fp32)
 WORLD_SIZE = 2
@@ -145,7 +146,7 @@ def rank_main(rank: int, port: int, case: dict, out: Path) -> None:
     """One rank: DDP + powerSGD_hook on a gloo group with the case's worker threads."""
     import faulthandler
 
-    _die_with_parent()
+    die_with_parent()
     stacks = open(out / f"stacks{rank}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     import torch
@@ -284,7 +285,7 @@ def _start_warm_rank(target, args, output: Path, env: dict) -> _WarmProcess:
 def _warm_rank_main(target, args, output: str, env: dict):
     """In the warm process's child: the session, output and environment that Popen gave."""
     os.setsid()
-    _die_with_parent()
+    die_with_parent()
     fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -315,7 +316,7 @@ def run_ranks(ranks, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
             with open(path, "w") as output:
                 started.append(subprocess.Popen(spec, stdout=output, stderr=subprocess.STDOUT,
                                                 start_new_session=True, env=env,
-                                                preexec_fn=_die_with_parent))
+                                                preexec_fn=die_with_parent))
         outcome = _watch(started, out, stall_s, timeout_s)
     finally:
         for process in started:
