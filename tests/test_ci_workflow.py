@@ -112,6 +112,8 @@ def test_python_pip_cache_node_and_cpu_only_torch(job):
     assert str(_step(job, "actions/setup-node")["with"]["node-version"]) == "20"
     _step(job, "actions/checkout")
     assert job["env"]["PIP_EXTRA_INDEX_URL"] == TORCH_CPU_INDEX
+    # make installs with uv: its cache lives inside pip's, which setup-python keeps
+    assert job["env"]["UV_CACHE_DIR"].startswith("/home/runner/.cache/pip/")
     # constraints.txt pins torch without a local label, so the CPU index's 2.13.0+cpu satisfies it
     pins = re.findall(r"^torch==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
     assert len(pins) == 1 and "+" not in pins[0], pins
