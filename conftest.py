@@ -29,8 +29,6 @@ SERIAL = (
     "tests/test_migration.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
-    # a kernel driven from a browser, with readiness waits
-    "tests/test_explorer_browser.py",
     # notebooks that start process groups
     "notebooks/06_measure_it.ipynb",
     "notebooks/07_time_and_overlap.ipynb",

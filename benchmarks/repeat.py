@@ -44,6 +44,7 @@ PARALLEL_PROCESS_TESTS = [
     "tests/test_slides.py",
     "tests/test_nbgrader.py",
     "tests/test_gpu_memory_check.py",
+    "tests/test_explorer_browser.py",
 ]
 # Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
 MULTIPROCESS_TESTS = _serial_tests() + PARALLEL_PROCESS_TESTS
