@@ -366,6 +366,7 @@ def _torchrun_main(cases_file: str, out_file: str) -> None:
     die_with_parent()  # torchrun's agent killed -> this rank goes too
     if "torchrun" not in Path(f"/proc/{os.getppid()}/cmdline").read_text(errors="replace"):
         sys.exit("dpcost.migration: started outside torchrun, or torchrun is already gone")
+    import dpcost.measure.warm  # noqa: F401 - torch imported and frozen: the rank exits sooner
     script = load_script("train_ddp")  # imports torch._dynamo before setup() inits the group
     import torch.distributed as dist
 

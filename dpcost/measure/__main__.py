@@ -113,6 +113,7 @@ def _under_torchrun():
 
 def _torchrun_main(args, distributed):
     """One rank under torchrun: every rank measures, rank 0 prints the gathered report."""
+    import dpcost.measure.warm  # noqa: F401 - torch imported and frozen, as a forked rank has it
     from dpcost.measure.report import build_report
     from dpcost.measure.shape import model_shape, param_bytes_of
     from dpcost.measure.worker import RunConfig, run_rank

@@ -3,8 +3,9 @@
 ``launch(config)`` starts one helper process, which forks the ``config.world_size`` ranks. The
 helper comes from multiprocessing's ``forkserver``: a warm process, started once per calling
 process, that imported torch and ``torch._dynamo`` (which DDP's constructor imports) before forking
-anything. Importing them takes about 4 s on this machine's cores, so a session (a notebook, a test
-run) pays it once instead of once per run; the ranks, forked from the helper, never pay it. The warm
+anything (``warm.py``). Importing them takes 2-4 s on this machine's cores, so a session (a
+notebook, a test run) pays it once instead of once per run; the ranks, forked from the helper,
+never pay it. The warm
 process ignores SIGINT and SIGTERM and leaves when its caller exits (at exit, the caller waits for
 it). Ranks die with the helper (``PR_SET_PDEATHSIG``), the helper dies with the warm process, and
 the helper kills the ranks when it is told to stop, so no rank or helper outlives ``launch``.
@@ -41,7 +42,7 @@ from dpcost.measure import worker
 from dpcost.procs import die_with_parent, exit_cause, free_port
 
 # Imported once in the warm process (forkserver); every helper and rank is forked from it.
-WARM_MODULES = ("torch", "torch._dynamo", "torch.distributed")
+WARM_MODULE = "dpcost.measure.warm"
 GRACE_S = 2.0  # time to let the peers of a failed rank report, so that the first cause wins
 EXIT_TIMEOUT_S = 30.0  # a rank that posted its result must have exited within this time
 M_MMAP_THRESHOLD = -3  # from <malloc.h>
@@ -87,7 +88,7 @@ def warm_context():
     from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(WARM_MODULES))
+    context.set_forkserver_preload([WARM_MODULE])
     main_thread = threading.current_thread() is threading.main_thread()
     saved = ({sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
              if main_thread else {})
@@ -282,12 +283,20 @@ def _watch_until_done(helper, progress, messages, config, timeout_s, startup_tim
             failed_at = now
         everyone_ended = len(exits) == n or len(errors) == n
         if failed_at is not None and (now - failed_at > GRACE_S or everyone_ended):
-            if not (errors or silent or after_result):
+            if errors or silent or after_result:
+                raise _first_failure(errors, silent, after_result)
+            if len(exits) < n:
                 raise MeasureError(f"the process that starts the ranks ended: "
                                    f"{exit_cause(helper.exitcode)}")
-            raise _first_failure(errors, silent, after_result)
+            # The helper left after writing every rank's exit, which we had not all read yet
+            # when we saw it gone: nothing failed.
+            failed_at = None
         if len(results) == n and len(exits) == n:  # all reported and all exited 0
             break
+        if len(exits) == n:  # every rank exited 0, and one never posted its result
+            missing = sorted(set(range(n)) - set(results))
+            raise MeasureError(f"rank {', '.join(map(str, missing))} exited 0 without posting "
+                               f"its result", missing[0])
         if results_at is not None and now - results_at > EXIT_TIMEOUT_S:
             late = sorted(set(range(n)) - set(exits))
             raise MeasureError(f"rank {', '.join(map(str, late))} posted its result but did not "
