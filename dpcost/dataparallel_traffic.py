@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpcost.core import check_num_gpus, check_real, ddp_communication_volume
+from dpcost.presets import resnet50_layers
 
 __all__ = [
     "StepTransfer",
@@ -295,52 +296,24 @@ def total_bytes(rows: list[StepTransfer]) -> float:
     return sum(r.total_bytes for r in rows)
 
 
-# ResNet-50 as in torchvision (He et al. 2016; v1.5): (width, blocks) per stage, expansion 4.
-_RESNET50_STAGES = [(64, 3), (128, 4), (256, 6), (512, 3)]
-
-
 def resnet50_counts(num_classes: int = 1000) -> dict[str, int]:
-    """ResNet-50's parameters and BatchNorm buffers, counted from its architecture.
+    """ResNet-50's parameters and BatchNorm buffers, counted from its architecture
+    (``presets.resnet50_layers``).
 
     Returns {"parameters", "batchnorm_layers", "batchnorm_channels", "buffer_elements",
     "buffer_bytes"}. Each BatchNorm2d holds running_mean and running_var (one fp32 per channel
     each) and num_batches_tracked (one int64), so buffer_bytes = 4 * 2 * channels + 8 * layers.
     With 1000 classes: 25,557,032 parameters (torchvision's docs give the same number).
     """
-    params, bn_layers, bn_channels = 0, 0, 0
-
-    def conv(c_in, c_out, k):
-        nonlocal params
-        params += c_in * c_out * k * k  # torchvision's convs have no bias
-
-    def bn(c):
-        nonlocal params, bn_layers, bn_channels
-        params += 2 * c  # weight and bias
-        bn_layers += 1
-        bn_channels += c
-
-    conv(3, 64, 7)
-    bn(64)
-    c_in = 64
-    for width, blocks in _RESNET50_STAGES:
-        for block in range(blocks):
-            conv(c_in, width, 1)
-            bn(width)
-            conv(width, width, 3)
-            bn(width)
-            conv(width, 4 * width, 1)
-            bn(4 * width)
-            if block == 0:  # the downsample shortcut: 1x1 conv + BatchNorm
-                conv(c_in, 4 * width, 1)
-                bn(4 * width)
-            c_in = 4 * width
-    params += c_in * num_classes + num_classes  # fc
+    params = sum(size for _, size in resnet50_parameter_bytes(1, num_classes))
+    norms = [layer.c_out for layer in resnet50_layers(num_classes=num_classes)
+             if layer.kind == "bn"]
     return {
         "parameters": params,
-        "batchnorm_layers": bn_layers,
-        "batchnorm_channels": bn_channels,
-        "buffer_elements": 2 * bn_channels + bn_layers,
-        "buffer_bytes": 4 * 2 * bn_channels + 8 * bn_layers,
+        "batchnorm_layers": len(norms),
+        "batchnorm_channels": sum(norms),
+        "buffer_elements": 2 * sum(norms) + len(norms),
+        "buffer_bytes": 4 * 2 * sum(norms) + 8 * len(norms),
     }
 
 
@@ -704,35 +677,18 @@ def ddp_buckets_from_sizes(ready_order_bytes, first_iteration=False,
 
 def resnet50_parameter_bytes(dtype_bytes: int = 4, num_classes: int = 1000):
     """ResNet-50's parameters as (name, bytes) in registration order (torch's named_parameters
-    for torchvision's layout, as ``tests/torch_resnet50.py`` builds it: a Sequential)."""
+    for torchvision's layout, as ``tests/torch_resnet50.py`` builds it: a Sequential): a conv's
+    weight (no bias), a batch norm's weight and bias, the fc layer's weight and bias."""
     out = []
-
-    def conv(name, c_in, c_out, k):
-        out.append((name + ".weight", c_in * c_out * k * k * dtype_bytes))
-
-    def bn(name, c):
-        out.append((name + ".weight", c * dtype_bytes))
-        out.append((name + ".bias", c * dtype_bytes))
-
-    conv("0", 3, 64, 7)
-    bn("1", 64)
-    c_in, layer = 64, 4
-    for width, blocks in _RESNET50_STAGES:
-        for block in range(blocks):
-            p = str(layer)
-            conv(p + ".conv1", c_in, width, 1)
-            bn(p + ".bn1", width)
-            conv(p + ".conv2", width, width, 3)
-            bn(p + ".bn2", width)
-            conv(p + ".conv3", width, 4 * width, 1)
-            bn(p + ".bn3", 4 * width)
-            if block == 0:
-                conv(p + ".downsample.0", c_in, 4 * width, 1)
-                bn(p + ".downsample.1", 4 * width)
-            c_in, layer = 4 * width, layer + 1
-    out.append((f"{layer + 2}.weight", c_in * num_classes * dtype_bytes))
-    out.append((f"{layer + 2}.bias", num_classes * dtype_bytes))
-    return out
+    for layer in resnet50_layers(num_classes=num_classes):
+        if layer.kind == "conv":
+            out.append((layer.name + ".weight", layer.c_in * layer.c_out * layer.kernel ** 2))
+        elif layer.kind == "bn":
+            out += [(layer.name + ".weight", layer.c_out), (layer.name + ".bias", layer.c_out)]
+        else:
+            out += [(layer.name + ".weight", layer.c_in * layer.c_out),
+                    (layer.name + ".bias", layer.c_out)]
+    return [(name, elements * dtype_bytes) for name, elements in out]
 
 
 def resnet50_ready_order_bytes(downsample_first: bool = True, dtype_bytes: int = 4):

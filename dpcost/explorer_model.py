@@ -30,13 +30,12 @@ from dpcost.dataparallel_traffic import (
 from dpcost.memory import (
     ATTENTIONS,
     PRECISION_MODES,
-    TRANSFORMER_SHAPES,
     activation_bytes_per_sample,
     fit_verdicts,
     memory_per_gpu,
     rank_memory,
 )
-from dpcost.presets import MODELS, ModelPreset
+from dpcost.presets import MODELS, TRANSFORMER_SHAPES, ModelPreset, transformer_parameter_counts
 from dpcost.step_time import (
     communication_hidden,
     compute_time,
@@ -132,53 +131,18 @@ def ddp_samples_per_rank(batch_size: int, num_gpus: int) -> int:
 # --- the models' tensors, for DDP's buckets and DataParallel's 10 MiB chunks ---------------
 
 
-def _gpt2_counts(vocab, positions, h, layers):
-    # Hugging Face GPT2LMHeadModel: wte, wpe, per block ln_1, attn.c_attn, attn.c_proj, ln_2,
-    # mlp.c_fc, mlp.c_proj (Conv1D weights and biases), ln_f; lm_head is tied to wte.
-    block = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * 4 * h, 4 * h, 4 * h * h, h]
-    return [vocab * h, positions * h] + block * layers + [h, h]
-
-
-def _bert_counts(vocab, positions, h, layers, ffn):
-    # Hugging Face BertModel: embeddings (word, position, token type, LayerNorm), per layer
-    # query, key, value, attention.output.dense, LayerNorm, intermediate.dense, output.dense,
-    # LayerNorm (each weight then bias), pooler.dense.
-    layer = [h * h, h] * 4 + [h, h, h * ffn, ffn, ffn * h, h, h, h]
-    return [vocab * h, positions * h, 2 * h, h, h] + layer * layers + [h * h, h]
-
-
-def _llama_counts(vocab, h, layers, mlp, kv_dim):
-    # Hugging Face LlamaForCausalLM: embed_tokens, per layer q, k, v, o projections (no bias),
-    # gate, up, down, input_layernorm, post_attention_layernorm; norm; untied lm_head.
-    layer = [h * h, h * kv_dim, h * kv_dim, h * h, h * mlp, h * mlp, mlp * h, h, h]
-    return [vocab * h] + layer * layers + [h, vocab * h]
-
-
-# Element counts per parameter tensor in registration order, from the published configs that
-# dpcost.presets.MODELS cites; tests/test_explorer.py checks that each adds up to the preset.
-_PARAMETER_COUNTS = {
-    "BERT-base": lambda: _bert_counts(30_522, 512, 768, 12, 3072),
-    "GPT-2 small": lambda: _gpt2_counts(50_257, 1024, 768, 12),
-    "GPT-2 XL": lambda: _gpt2_counts(50_257, 1024, 1600, 48),
-    "Llama-2 7B": lambda: _llama_counts(32_000, 4096, 32, 11_008, 4096),
-    "Llama-2 13B": lambda: _llama_counts(32_000, 5120, 40, 13_824, 5120),
-    "Llama-2 70B": lambda: _llama_counts(32_000, 8192, 80, 28_672, 1024),  # 8 KV heads x 128
-}
-
-
 def parameter_counts(model: ModelPreset) -> list[int] | None:
     """Elements of each parameter tensor, in registration order; None for a custom model.
 
     ResNet-50 from ``dataparallel_traffic.resnet50_parameter_bytes``; the transformers from
-    their Hugging Face configs (``_PARAMETER_COUNTS``). None when ``model`` is not a preset
-    with that exact parameter count.
+    their Hugging Face configs (``presets.transformer_parameter_counts``). None when ``model``
+    is not a preset with that exact parameter count.
     """
     if model.name == "ResNet-50" and model.parameters == MODELS["ResNet-50"].parameters:
         return [size for _, size in resnet50_parameter_bytes(dtype_bytes=1)]
-    make = _PARAMETER_COUNTS.get(model.name)
-    if make is None or MODELS[model.name].parameters != model.parameters:
+    if model.name not in TRANSFORMER_SHAPES or MODELS[model.name].parameters != model.parameters:
         return None
-    return make()
+    return transformer_parameter_counts(model.name)
 
 
 @lru_cache(maxsize=64)
@@ -187,9 +151,9 @@ def _ddp_buckets(name: str, parameters: int, grad_bytes: int) -> tuple[float, ..
     model = model if model is not None and model.parameters == parameters else None
     if model is not None and name == "ResNet-50":
         ready = resnet50_ready_order_bytes(dtype_bytes=grad_bytes)
-    elif model is not None and name in _PARAMETER_COUNTS:
+    elif model is not None and name in TRANSFORMER_SHAPES:
         # autograd delivers gradients in about reverse registration order
-        ready = [c * grad_bytes for c in reversed(_PARAMETER_COUNTS[name]())]
+        ready = [c * grad_bytes for c in reversed(transformer_parameter_counts(name))]
     else:  # a custom model: a stream of tensors small against the caps (see ddp_buckets)
         return tuple(ddp_bucket_sizes(float(parameters * grad_bytes))) or (0.0,)
     return tuple(ddp_buckets_from_sizes(ready))

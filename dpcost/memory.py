@@ -67,7 +67,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpcost.core import check_choice, check_int, check_num_gpus, check_real
-from dpcost.presets import MODELS, ModelPreset, transformer_activation_bytes_per_sample
+from dpcost.presets import (
+    MODELS,
+    TRANSFORMER_SHAPES,
+    ModelPreset,
+    resnet50_activation_bytes_per_sample,
+    resnet50_maxpool_index_bytes,
+)
 
 __all__ = [
     "PrecisionMode",
@@ -78,8 +84,6 @@ __all__ = [
     "STRATEGIES",
     "COMPONENTS",
     "MODEL_STATE_COMPONENTS",
-    "TransformerShape",
-    "TRANSFORMER_SHAPES",
     "model_state_bytes_per_parameter",
     "transformer_layer_activation_parts",
     "transformer_layer_activation_bytes",
@@ -221,28 +225,6 @@ def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = 
 # --- activations ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TransformerShape:
-    """What the activation count needs: sequence length s, hidden size h, heads a, layers L."""
-
-    seq_len: int
-    hidden: int
-    heads: int
-    layers: int
-
-
-# The transformer presets' shapes, from the configs named in dpcost.presets.MODELS' sources;
-# tests/test_memory.py checks that each reproduces the preset's fp32 activation estimate.
-TRANSFORMER_SHAPES = {
-    "BERT-base": TransformerShape(512, 768, 12, 12),
-    "GPT-2 small": TransformerShape(1024, 768, 12, 12),
-    "GPT-2 XL": TransformerShape(1024, 1600, 25, 48),
-    "Llama-2 7B": TransformerShape(4096, 4096, 32, 32),
-    "Llama-2 13B": TransformerShape(4096, 5120, 40, 40),
-    "Llama-2 70B": TransformerShape(4096, 8192, 64, 80),
-}
-
-
 def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, batch: int = 1,
                                        precision: str = "mixed",
                                        attention: str = "eager") -> dict[str, float]:
@@ -295,14 +277,6 @@ def transformer_layer_activation_bytes(seq_len: int, hidden: int, heads: int, ba
                                                         precision, attention).values()))
 
 
-def _resnet50_index_bytes(image_size: int) -> int:
-    """Bytes of the max-pool's int64 argmax indices (64 channels at side/4), any precision."""
-    side = image_size
-    for _ in range(2):  # the 7x7 stride-2 stem, then the 3x3 stride-2 max-pool
-        side = (side - 1) // 2 + 1
-    return 8 * 64 * side * side
-
-
 def resnet50_activation_bytes(image_size: int = 224, precision: str = "fp32") -> float:
     """ResNet-50's bytes kept for backward per image: the feature maps at the mode's width.
 
@@ -310,23 +284,19 @@ def resnet50_activation_bytes(image_size: int = 224, precision: str = "fp32") ->
     max-pool's int64 indices I (8 bytes each at any precision): here E x w + I. (Under
     ``torch.autocast`` batch norm runs in fp32; this treats every map as w bytes: an estimate.)
     """
-    from dpcost.presets import resnet50_activation_bytes_per_sample
-
     size = _check_int("image_size", image_size, 1)
     w = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)].activation_bytes
-    index = _resnet50_index_bytes(size)
+    index = resnet50_maxpool_index_bytes(size)
     elements = (resnet50_activation_bytes_per_sample(size) - index) / 4
     return float(elements * w + index)
 
 
 def _shape_of(model: ModelPreset):
     """The preset's transformer shape, if ``model`` is that preset (same fp32 estimate)."""
-    shape = TRANSFORMER_SHAPES.get(model.name)
-    if shape is None:
+    preset = MODELS.get(model.name)
+    if preset is None or model.activation_bytes_per_sample != preset.activation_bytes_per_sample:
         return None
-    fp32 = transformer_activation_bytes_per_sample(shape.seq_len, shape.hidden, shape.heads,
-                                                   shape.layers)
-    return shape if model.activation_bytes_per_sample == fp32 else None
+    return TRANSFORMER_SHAPES.get(model.name)
 
 
 def activation_bytes_per_sample(model: ModelPreset, precision: str = "fp32",

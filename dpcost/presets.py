@@ -27,6 +27,13 @@ __all__ = [
     "GPUPreset",
     "GPUS",
     "resnet50_forward_macs_per_image",
+    "RESNET50_STAGES",
+    "Layer",
+    "resnet50_layers",
+    "resnet50_maxpool_index_bytes",
+    "TransformerShape",
+    "TRANSFORMER_SHAPES",
+    "transformer_parameter_counts",
     "TRAINING_FLOPS_PER_PARAMETER_TOKEN",
 ]
 
@@ -79,8 +86,23 @@ def transformer_activation_bytes_per_sample(seq_len: int, hidden: int, heads: in
     return float(layers * s * h * (66 + 9 * a * s / h))
 
 
-# ResNet-50 (torchvision's v1.5: stride on the 3x3 conv): (width, blocks, first stride) per stage.
-_RESNET50_STAGES = [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]
+# --- architectures: one table per model family, one walk ------------------------------------
+
+# ResNet-50 v1.5 (torchvision's: stride on the 3x3 conv): (width, blocks, first stride) per
+# stage, He et al. 2016, Table 1, the 50-layer column; expansion 4.
+RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One ResNet-50 layer that holds parameters, in registration order."""
+
+    name: str  # as named_parameters names it in tests/torch_resnet50.py's Sequential
+    kind: str  # "conv" (no bias), "bn" (weight, bias, running statistics) or "fc"
+    c_in: int
+    c_out: int
+    kernel: int  # 1 for "bn" and "fc"
+    side: int  # side of its output feature map (1 for "fc")
 
 
 def _halve(side: int) -> int:
@@ -88,44 +110,124 @@ def _halve(side: int) -> int:
     return (side - 1) // 2 + 1  # 7x7 pad 3, 3x3 pad 1 and 1x1 pad 0 all give this
 
 
+def _pooled_side(image_size: int) -> int:
+    return _halve(_halve(image_size))  # the 7x7 stride-2 stem, then the 3x3 stride-2 max-pool
+
+
+def resnet50_layers(image_size: int = 224, num_classes: int = 1000) -> list[Layer]:
+    """ResNet-50's conv, batch-norm and fc layers in registration order, with their shapes.
+
+    The one walk of the architecture: parameters and buffers (``dataparallel_traffic``),
+    multiply-accumulates and saved activations (here) are all counted from it.
+    """
+    side = _halve(image_size)
+    layers = [Layer("0", "conv", 3, 64, 7, side), Layer("1", "bn", 64, 64, 1, side)]
+    side, c_in, index = _pooled_side(image_size), 64, 4  # 2 is the ReLU, 3 the max-pool
+    for width, blocks, stride in RESNET50_STAGES:
+        for block in range(blocks):
+            p, out = str(index), _halve(side) if block == 0 and stride == 2 else side
+            layers += [Layer(p + ".conv1", "conv", c_in, width, 1, side),
+                       Layer(p + ".bn1", "bn", width, width, 1, side),
+                       Layer(p + ".conv2", "conv", width, width, 3, out),
+                       Layer(p + ".bn2", "bn", width, width, 1, out),
+                       Layer(p + ".conv3", "conv", width, 4 * width, 1, out),
+                       Layer(p + ".bn3", "bn", 4 * width, 4 * width, 1, out)]
+            if block == 0:  # the shortcut: a strided 1x1 conv and its batch norm
+                layers += [Layer(p + ".downsample.0", "conv", c_in, 4 * width, 1, out),
+                           Layer(p + ".downsample.1", "bn", 4 * width, 4 * width, 1, out)]
+            side, c_in, index = out, 4 * width, index + 1
+    # index + 0 is the average pool, + 1 the flatten
+    return layers + [Layer(str(index + 2), "fc", c_in, num_classes, 1, 1)]
+
+
+def resnet50_maxpool_index_bytes(image_size: int = 224) -> int:
+    """Bytes of the max-pool's int64 argmax indices (64 channels at side/4), any precision."""
+    return 8 * 64 * _pooled_side(image_size) ** 2
+
+
 def resnet50_activation_bytes_per_sample(image_size: int = 224) -> float:
     """fp32 bytes ResNet-50 keeps for backward per image, counted from its feature-map sizes.
 
     Counts the distinct tensors autograd saves in torchvision's ``resnet50`` (ReLUs in place):
     the input image (saved by the first conv), every conv's output (saved by its BatchNorm),
-    every ReLU's output (saved by the ReLU and the next conv or pool), the max-pool's int64
-    indices, and the pooled 2048 features (saved by the fc layer). ``tests/test_presets.py``
-    checks this count against the tensors torch really saves. An estimate of live activations:
-    cuDNN workspaces and temporaries are left out.
+    every ReLU's output (one after each conv but the shortcut's; the block's last one follows
+    the addition; saved by the ReLU and the next conv or pool), the max-pool's output and its
+    int64 indices, and the pooled 2048 features (saved by the fc layer).
+    ``tests/test_presets.py`` checks this count against the tensors torch really saves. An
+    estimate of live activations: cuDNN workspaces and temporaries are left out.
     """
-    elements = 3 * image_size * image_size  # the image, saved by conv1
-    side = _halve(image_size)  # the 7x7 stride-2 stem
-    elements += 2 * 64 * side * side  # conv1 output (bn1 saves it) + relu output
-    side = _halve(side)  # 3x3 stride-2 max-pool with padding 1
-    index_bytes = 8 * 64 * side * side  # max-pool's argmax indices are int64
-    elements += 64 * side * side  # pool output = first block's input (saved by its convs)
-    for width, blocks, stride in _RESNET50_STAGES:
-        for block in range(blocks):
-            elements += 2 * width * side * side  # 1x1 conv output + relu output
-            if block == 0 and stride == 2:
-                side = _halve(side)  # the 3x3 conv strides (and the downsample)
-            elements += 2 * width * side * side  # 3x3 conv output + relu output
-            elements += 2 * 4 * width * side * side  # 1x1 expand output + final relu output
-            if block == 0:
-                elements += 4 * width * side * side  # the downsample conv's output
-    elements += 2048  # pooled features, saved by fc
-    return float(4 * elements + index_bytes)
+    elements = 3 * image_size * image_size + 64 * _pooled_side(image_size) ** 2 + 2048
+    for layer in resnet50_layers(image_size):
+        if layer.kind == "conv":
+            relu = 0 if layer.name.endswith("downsample.0") else 1
+            elements += (1 + relu) * layer.c_out * layer.side ** 2
+    return float(4 * elements + resnet50_maxpool_index_bytes(image_size))
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """A transformer preset's shape, from its published config: sequence length s (the
+    context), hidden size h, heads a, layers L, vocabulary, MLP width and key/value width (h,
+    or fewer with grouped-query attention)."""
+
+    family: str  # "bert", "gpt2" or "llama": which tensors a layer holds
+    seq_len: int
+    hidden: int
+    heads: int
+    layers: int
+    vocab: int
+    mlp: int
+    kv_dim: int
+
+
+# From the Hugging Face configs that MODELS' sources name (bert-base-uncased, gpt2, gpt2-xl,
+# meta-llama/Llama-2-{7b,13b,70b}-hf); BERT's sequence is its 512 positions.
+TRANSFORMER_SHAPES = {
+    "BERT-base": TransformerShape("bert", 512, 768, 12, 12, 30_522, 3072, 768),
+    "GPT-2 small": TransformerShape("gpt2", 1024, 768, 12, 12, 50_257, 3072, 768),
+    "GPT-2 XL": TransformerShape("gpt2", 1024, 1600, 25, 48, 50_257, 6400, 1600),
+    "Llama-2 7B": TransformerShape("llama", 4096, 4096, 32, 32, 32_000, 11_008, 4096),
+    "Llama-2 13B": TransformerShape("llama", 4096, 5120, 40, 40, 32_000, 13_824, 5120),
+    # 64 query heads, 8 key-value heads of 128: kv_dim 1024
+    "Llama-2 70B": TransformerShape("llama", 4096, 8192, 64, 80, 32_000, 28_672, 1024),
+}
+
+
+def transformer_parameter_counts(name: str) -> list[int]:
+    """Elements of each parameter tensor of a transformer preset, in registration order.
+
+    - BERT (Hugging Face ``BertModel``): embeddings (word, position, token type, LayerNorm), per
+      layer query, key, value, attention.output.dense, LayerNorm, intermediate.dense,
+      output.dense, LayerNorm (each weight then bias), pooler.dense;
+    - GPT-2 (``GPT2LMHeadModel``): wte, wpe, per block ln_1, attn.c_attn, attn.c_proj, ln_2,
+      mlp.c_fc, mlp.c_proj (weights and biases), ln_f; lm_head is tied to wte;
+    - Llama (``LlamaForCausalLM``): embed_tokens, per layer q, k, v, o projections (no bias),
+      gate, up, down, input_layernorm, post_attention_layernorm; norm; untied lm_head.
+    """
+    s = TRANSFORMER_SHAPES[name]
+    h, v, f = s.hidden, s.vocab, s.mlp
+    if s.family == "bert":
+        layer = [h * h, h] * 4 + [h, h, h * f, f, f * h, h, h, h]
+        return [v * h, s.seq_len * h, 2 * h, h, h] + layer * s.layers + [h * h, h]
+    if s.family == "gpt2":
+        block = [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * f, f, f * h, h]
+        return [v * h, s.seq_len * h] + block * s.layers + [h, h]
+    layer = [h * h, h * s.kv_dim, h * s.kv_dim, h * h, h * f, h * f, f * h, h, h]
+    return [v * h] + layer * s.layers + [h, v * h]
+
+
+def _logits(name: str) -> int:
+    """Logits per sample of a language-model head: sequence length x vocabulary."""
+    s = TRANSFORMER_SHAPES[name]
+    return s.seq_len * s.vocab
+
+
+def _transformer_activations(name: str) -> float:
+    s = TRANSFORMER_SHAPES[name]
+    return transformer_activation_bytes_per_sample(s.seq_len, s.hidden, s.heads, s.layers)
 
 
 # --- models ---------------------------------------------------------------------------------
-
-# Sequence lengths are each model's context length (BERT: its 512 positions).
-_GPT2_SMALL_ACT = transformer_activation_bytes_per_sample(1024, 768, 12, 12)
-_GPT2_XL_ACT = transformer_activation_bytes_per_sample(1024, 1600, 25, 48)
-_BERT_BASE_ACT = transformer_activation_bytes_per_sample(512, 768, 12, 12)
-_LLAMA2_7B_ACT = transformer_activation_bytes_per_sample(4096, 4096, 32, 32)
-_LLAMA2_13B_ACT = transformer_activation_bytes_per_sample(4096, 5120, 40, 40)
-_LLAMA2_70B_ACT = transformer_activation_bytes_per_sample(4096, 8192, 64, 80)
 
 MODELS: dict[str, ModelPreset] = {
     "ResNet-50": ModelPreset(
@@ -148,8 +250,8 @@ MODELS: dict[str, ModelPreset] = {
         "BERT paper, Devlin et al. 2019, prints 110M)",
         kind="language",
         # masked-LM logits at every position (BertForMaskedLM); its head adds ~0.6M parameters
-        output_elements_per_sample=512 * 30_522,
-        activation_bytes_per_sample=_BERT_BASE_ACT,
+        output_elements_per_sample=_logits("BERT-base"),
+        activation_bytes_per_sample=_transformer_activations("BERT-base"),
         default_batch_size=32,
     ),
     "GPT-2 small": ModelPreset(
@@ -159,8 +261,8 @@ MODELS: dict[str, ModelPreset] = {
         "50257, 1024 positions, d 768, 12 layers, LM head tied to the token embedding; the "
         "model card gives 124,439,808); the GPT-2 paper, Radford et al. 2019, prints 117M",
         kind="language",
-        output_elements_per_sample=1024 * 50_257,  # logits: seq_len x vocabulary
-        activation_bytes_per_sample=_GPT2_SMALL_ACT,
+        output_elements_per_sample=_logits("GPT-2 small"),
+        activation_bytes_per_sample=_transformer_activations("GPT-2 small"),
         default_batch_size=8,
     ),
     "GPT-2 XL": ModelPreset(
@@ -170,8 +272,8 @@ MODELS: dict[str, ModelPreset] = {
         "50257, 1024 positions, d 1600, 48 layers, 25 heads, tied LM head); the GPT-2 paper, "
         "Radford et al. 2019, prints 1542M",
         kind="language",
-        output_elements_per_sample=1024 * 50_257,
-        activation_bytes_per_sample=_GPT2_XL_ACT,
+        output_elements_per_sample=_logits("GPT-2 XL"),
+        activation_bytes_per_sample=_transformer_activations("GPT-2 XL"),
         default_batch_size=8,
     ),
     "Llama-2 7B": ModelPreset(
@@ -181,8 +283,8 @@ MODELS: dict[str, ModelPreset] = {
         "meta-llama/Llama-2-7b-hf (vocab 32000, d 4096, 32 layers, 32 heads, MLP 11008, untied "
         "LM head); the Llama 2 paper, Touvron et al. 2023, prints 7B",
         kind="language",
-        output_elements_per_sample=4096 * 32_000,
-        activation_bytes_per_sample=_LLAMA2_7B_ACT,
+        output_elements_per_sample=_logits("Llama-2 7B"),
+        activation_bytes_per_sample=_transformer_activations("Llama-2 7B"),
         default_batch_size=8,
     ),
     "Llama-2 13B": ModelPreset(
@@ -192,8 +294,8 @@ MODELS: dict[str, ModelPreset] = {
         "meta-llama/Llama-2-13b-hf (vocab 32000, d 5120, 40 layers, 40 heads, MLP 13824, "
         "untied LM head); the Llama 2 paper, Touvron et al. 2023, prints 13B",
         kind="language",
-        output_elements_per_sample=4096 * 32_000,
-        activation_bytes_per_sample=_LLAMA2_13B_ACT,
+        output_elements_per_sample=_logits("Llama-2 13B"),
+        activation_bytes_per_sample=_transformer_activations("Llama-2 13B"),
         default_batch_size=8,
     ),
     "Llama-2 70B": ModelPreset(
@@ -203,8 +305,8 @@ MODELS: dict[str, ModelPreset] = {
         "meta-llama/Llama-2-70b-hf (vocab 32000, d 8192, 80 layers, 64 query / 8 key-value "
         "heads, MLP 28672, untied LM head); the Llama 2 paper, Touvron et al. 2023, prints 70B",
         kind="language",
-        output_elements_per_sample=4096 * 32_000,
-        activation_bytes_per_sample=_LLAMA2_70B_ACT,
+        output_elements_per_sample=_logits("Llama-2 70B"),
+        activation_bytes_per_sample=_transformer_activations("Llama-2 70B"),
         default_batch_size=8,
     ),
 }
@@ -345,17 +447,5 @@ def resnet50_forward_macs_per_image(image_size: int = 224) -> int:
     multiply-adds; He et al. count the v1 layout). One MAC is two FLOPs.
     ``tests/test_presets.py`` checks the count against ``torch.utils.flop_counter``.
     """
-    side = _halve(image_size)
-    macs = 3 * 64 * 49 * side * side  # 7x7 stride-2 stem
-    side = _halve(side)  # max-pool
-    c_in = 64
-    for width, blocks, stride in _RESNET50_STAGES:
-        for block in range(blocks):
-            macs += c_in * width * side * side  # 1x1 reduce (at the input's resolution)
-            out_side = _halve(side) if block == 0 and stride == 2 else side
-            macs += width * width * 9 * out_side * out_side  # 3x3 (strides in block 0)
-            macs += width * 4 * width * out_side * out_side  # 1x1 expand
-            if block == 0:
-                macs += c_in * 4 * width * out_side * out_side  # downsample 1x1
-            side, c_in = out_side, 4 * width
-    return macs + 2048 * 1000  # fc
+    return sum(layer.c_in * layer.c_out * layer.kernel ** 2 * layer.side ** 2
+               for layer in resnet50_layers(image_size) if layer.kind in ("conv", "fc"))

@@ -26,13 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpcost.presets import RESNET50_STAGES, TRANSFORMER_SHAPES
+
 __all__ = ["Bottleneck", "resnet50", "RESNET50_STAGES", "GPT2Config", "GPT2_CONFIGS",
            "GPT2Block", "GPT2", "ATTENTIONS", "count_parameters"]
 
 ATTENTIONS = ("eager", "sdpa")
 
-# (width, blocks, stride) of each stage: He et al. 2016, Table 1, the 50-layer column.
-RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 
 
 class Bottleneck(nn.Module):
@@ -98,13 +98,11 @@ class GPT2Config:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
-# Published configs: huggingface.co/openai-community/gpt2/blob/main/config.json (n_embd 768,
-# n_layer 12, n_head 12) and .../gpt2-xl/blob/main/config.json (n_embd 1600, n_layer 48,
-# n_head 25); both vocab_size 50257, n_positions 1024, dropouts 0.1, layer_norm_epsilon 1e-5.
-GPT2_CONFIGS = {
-    "GPT-2 small": GPT2Config(),
-    "GPT-2 XL": GPT2Config(hidden=1600, layers=48, heads=25),
-}
+# The published configs 'gpt2' and 'gpt2-xl' (presets.TRANSFORMER_SHAPES); both have dropouts
+# 0.1 and layer_norm_epsilon 1e-5, GPT2Config's defaults.
+GPT2_CONFIGS = {name: GPT2Config(vocab=s.vocab, positions=s.seq_len, hidden=s.hidden,
+                                 layers=s.layers, heads=s.heads)
+                for name, s in TRANSFORMER_SHAPES.items() if s.family == "gpt2"}
 
 
 class GPT2Block(nn.Module):

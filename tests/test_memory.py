@@ -11,7 +11,6 @@ from dpcost.memory import (
     COMPONENTS,
     PRECISION_MODES,
     STRATEGIES,
-    TRANSFORMER_SHAPES,
     activation_bytes_per_sample,
     ddp_bucket_buffer_bytes,
     dp_reduce_buffer_bytes,
@@ -29,7 +28,12 @@ from dpcost.memory import (
     transformer_layer_activation_bytes,
     transformer_layer_activation_parts,
 )
-from dpcost.presets import MODELS, custom_model, transformer_activation_bytes_per_sample
+from dpcost.presets import (
+    MODELS,
+    TRANSFORMER_SHAPES,
+    custom_model,
+    transformer_activation_bytes_per_sample,
+)
 
 KEYS = ["parameters", "gradients", "optimizer state", "DDP bucket copy", "DP reduce buffer",
         "activations", "outputs", "loss and output grads"]
