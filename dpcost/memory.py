@@ -71,6 +71,7 @@ from dpcost.presets import (
     MODELS,
     TRANSFORMER_SHAPES,
     ModelPreset,
+    check_parameter_count,
     resnet50_activation_bytes_per_sample,
     resnet50_maxpool_index_bytes,
 )
@@ -213,7 +214,7 @@ def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = 
     computed (ZeRO-3/FSDP, transient), communication buffers and DDP's bucket copy
     (``ddp_bucket_buffer_bytes``), which ZeRO-1 with DDP still holds.
     """
-    n_params = _check_int("parameters", parameters, 0)
+    n_params = check_parameter_count(parameters)
     n = _check_int("num_ranks", num_ranks, 1)
     _check_choice("strategy", strategy, STRATEGIES)
     per = model_state_bytes_per_parameter(precision, optimizer)

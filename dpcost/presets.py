@@ -20,6 +20,8 @@ __all__ = [
     "ModelPreset",
     "MODELS",
     "custom_model",
+    "MAX_COUNT",
+    "check_parameter_count",
     "InterconnectPreset",
     "INTERCONNECTS",
     "transformer_activation_bytes_per_sample",
@@ -316,11 +318,26 @@ def _check_count(name: str, value, minimum: int) -> int:
     return check_int(value, name, minimum)
 
 
+# The largest count a model here may have: 10^18 parameters, about 14,500 times Llama-2 70B.
+# Far beyond any model, and its bytes (16 per parameter) stay exact in a float's range.
+MAX_COUNT = 10**18
+
+
+def check_parameter_count(value, name: str = "parameters") -> int:
+    """``value`` as an int in [0, MAX_COUNT]; errors name ``name``."""
+    count = _check_count(name, value, 0)
+    if count > MAX_COUNT:
+        digits = len(str(count))
+        raise ValueError(f"{name} must be at most 10**18, got "
+                         + (f"{count:,}" if digits <= 30 else f"an integer of {digits:,} digits"))
+    return count
+
+
 def custom_model(parameters: int, output_elements_per_sample: int = 1000,
                  activation_bytes_per_sample: float = 0.0, name: str = "custom") -> ModelPreset:
     """A ModelPreset for any model: its parameter count, outputs and fp32 activations per sample."""
-    parameters = _check_count("parameters", parameters, 0)
-    outputs = _check_count("output_elements_per_sample", output_elements_per_sample, 0)
+    parameters = check_parameter_count(parameters)
+    outputs = check_parameter_count(output_elements_per_sample, "output_elements_per_sample")
     act = activation_bytes_per_sample
     if isinstance(act, bool) or not isinstance(act, numbers.Real):
         raise TypeError("activation_bytes_per_sample must be a number of bytes, got "

@@ -30,7 +30,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dpcost.core import check_num_gpus, check_real
+from dpcost.core import check_int, check_num_gpus, check_real
 
 __all__ = [
     "ring_allreduce_time",
@@ -88,7 +88,11 @@ def ring_allreduce_time(size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) 
     beta, alpha = _link(bandwidth_bytes_per_s, latency_s)
     if n <= 1:
         return 0.0
-    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / beta
+    seconds = 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / beta
+    if not math.isfinite(seconds):
+        raise ValueError(f"the all-reduce of size_bytes={S!r} at bandwidth_bytes_per_s={beta!r} "
+                         "takes longer than a float can hold")
+    return seconds
 
 
 def bucketed_allreduce_time(bucket_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
@@ -218,7 +222,11 @@ def compute_time(flops, peak_flops_per_s, utilisation=0.4) -> float:
     u = _real(utilisation, "utilisation", strict=True)
     if u > 1:
         raise ValueError(f"utilisation must be <= 1, got {utilisation!r}")
-    return f / (peak * u)
+    seconds = f / peak / u  # not f / (peak * u): that product can underflow to 0
+    if not math.isfinite(seconds):
+        raise ValueError(f"flops / (peak_flops_per_s x utilisation) must be finite: {f!r} / "
+                         f"({peak!r} x {u!r}) overflows")
+    return seconds
 
 
 # --- step time --------------------------------------------------------------------------------
@@ -294,6 +302,9 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
     intervals = [Interval("forward", "compute", 0.0, fwd),
                  Interval("backward", "compute", fwd, fwd + bwd)]
     total_grad = sum(sizes)
+    if not math.isfinite(total_grad):
+        raise ValueError("bucket_bytes must add up to a finite number of bytes, got "
+                         f"{total_grad!r}")
     backward_end = fwd + bwd
     ready, durations, produced = [], [], 0.0
     for b in sizes if n > 1 else []:
@@ -305,18 +316,26 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
         comm += durations[k]
         intervals.append(Interval(f"all-reduce bucket {k}", "communication", start, done))
     end = max(backward_end, done)
+    _check_finite_step(end + opt, comm)
     intervals.append(Interval("optimizer step", "compute", end, end + opt))
     return StepTime(total_s=end + opt, compute_s=fwd + bwd + opt, communication_s=comm,
                     exposed_communication_s=end - backward_end, intervals=intervals)
 
 
-def _dp_transfer_time(row, n, beta, alpha, path) -> float:
+def _check_finite_step(total_s, communication_s):
+    """A step whose times overflow has no meaning (its exposed share would be inf / inf)."""
+    if not (math.isfinite(total_s) and math.isfinite(communication_s)):
+        raise ValueError("the step's times overflow a float: forward_s, backward_s, "
+                         "optimizer_s and the transfers (bytes over bandwidth_bytes_per_s) must "
+                         f"add up to a finite time, got total {total_s!r}, communication "
+                         f"{communication_s!r}")
+
+
+def _dp_transfer_time(row, beta, alpha) -> float:
     """Seconds of one DataParallel phase on GPU0's link (alpha per critical-path message)."""
-    gpu0 = max(row.sent[0], row.received[0])
-    if path == "nccl" and row.chunk_bytes:
-        # a pipelined chain: each link carries every chunk once; n - 1 hops of latency each
-        return row.latency_steps * alpha + sum(row.chunk_bytes) / beta
-    return row.latency_steps * alpha + gpu0 / beta
+    # On the NCCL path GPU0's link carries every chunk once (a pipelined chain: P out in the
+    # broadcast, G in the reduce), with n - 1 hops of latency each; on the copy path n - 1 times.
+    return row.latency_steps * alpha + max(row.sent[0], row.received[0]) / beta
 
 
 def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
@@ -349,7 +368,7 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
                "broadcast" if "replicate" in row.action else
                "gather outputs" if "gather the outputs" in row.action else
                "scatter output grads" if "output gradients" in row.action else "reduce")
-        comm_of[key] = _dp_transfer_time(row, n, beta, alpha, path)
+        comm_of[key] = _dp_transfer_time(row, beta, alpha)
     order = [("scatter inputs", "communication"), ("broadcast", "communication"),
              ("forward", "compute"), ("gather outputs", "communication"),
              ("loss", "compute"), ("scatter output grads", "communication"),
@@ -364,6 +383,7 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
             intervals.append(Interval(name, lane, t, t + d))
         t += d
     comm = sum(comm_of.values())
+    _check_finite_step(t, comm)
     return StepTime(total_s=t, compute_s=fwd + bwd + loss + opt, communication_s=comm,
                     exposed_communication_s=comm, intervals=intervals)
 
@@ -409,7 +429,7 @@ def gloo_ring_allreduce_messages(size_bytes, num_gpus, element_bytes=4,
     """
     S = int(_real(size_bytes, "size_bytes"))
     n = check_num_gpus(num_gpus)
-    e = int(_real(element_bytes, "element_bytes", strict=True))
+    e = check_int(element_bytes, "element_bytes", 1)
     max_seg = e * max(1, int(_real(max_segment_bytes, "max_segment_bytes", strict=True)) // e)
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < max(
             n, 1):
@@ -419,11 +439,17 @@ def gloo_ring_allreduce_messages(size_bytes, num_gpus, element_bytes=4,
     segments = _ceil_div(max(_ceil_div(S, max_seg), 2 * n), n) * n
     per_rank = segments // n
     seg_bytes = _ceil_div(_ceil_div(S, segments), e) * e
-    span = segments * seg_bytes
 
-    def sent(first):  # segments first, first+1, ... that start inside the buffer
-        return sum(1 for i in range(segments - per_rank)
-                   if ((first + i) * seg_bytes) % span < S)
+    inside = _ceil_div(S, seg_bytes)  # segments 0 .. inside-1 start inside the buffer
+
+    def below(lo, hi):  # segments in [lo, hi) that start inside the buffer
+        return max(0, min(hi, inside) - min(lo, inside))
+
+    def sent(first):  # segments first, first+1, ... (mod segments), segments - per_rank of them
+        start, count = first % segments, segments - per_rank
+        if start + count <= segments:
+            return below(start, start + count)
+        return below(start, segments) + below(0, start + count - segments)
 
     return sent((rank + 1) * per_rank) + sent(rank * per_rank)
 
