@@ -476,7 +476,7 @@ def format_ladder_table(rows: list) -> str:
         return "-" if value is None else f"{value:g}"
 
     lines = [f"{'':<20} {'sent MB':^19} {'messages':^17} {'state after step MB':^19} "
-             f"{'peak state MB':^19}",
+             f"{'peak state MB':^19}".rstrip(),
              f"{'rung':<20} {'model':>9} {'measured':>9} {'model':>8} {'measured':>8} "
              f"{'model':>9} {'measured':>9} {'model':>9} {'measured':>9}"]
     for row in rows:
