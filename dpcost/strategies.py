@@ -33,6 +33,24 @@ Model-state memory per rank follows the ZeRO paper (Rajbhandari et al. 2020, sec
 (g + K)/n with ZeRO-2 (gradients too), (p + g + K)/n with ZeRO-3 / FSDP full sharding, where p,
 g and K are bytes per parameter of the parameters, gradients and optimizer state: 2, 2 and 12
 for mixed-precision Adam (fp32 master weights and moments), 4, 4 and 8 for fp32 Adam.
+
+Model state has two definitions here, and every figure says which it is:
+
+- **after the step** (``state_after_step_bytes``): the parameters, gradients and optimizer
+  state the rank holds once ``optimizer.step()`` has returned, the tensors a census reads
+  (``dpcost.measure.strategy_scenarios.state_census``). PowerSGD's equals DDP's: its
+  error-feedback buffer is hook state, none of the three. FSDP's is the rank's shards, with
+  or without resharding after forward (backward reshards in both).
+- **peak** (``peak_state_bytes``): the most the rank holds during the step, that plus the
+  state a strategy keeps beside the three: PowerSGD's error feedback, g Psi
+  (``powerSGD_hook.py``: ``PowerSGDState.error_dict``, one bucket-sized tensor, kept from
+  step to step), and FSDP without resharding, every unit's unsharded parameters from its
+  forward to its backward, p Psi. Elsewhere the peak equals the state after the step.
+
+Neither counts activations or communication buffers: DDP's buckets (a second copy of the
+gradients with the default ``gradient_as_bucket_view=False``), DataParallel's ``reduce_add``
+result on GPU0, the one unit FSDP full sharding gathers while it computes, PowerSGD's P and
+Q factors.
 """
 
 from __future__ import annotations
@@ -63,7 +81,7 @@ __all__ = [
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
     "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
-    "ladder", "LADDER", "ladder_model_states", "H100_SXM_MEMORY_BYTES",
+    "ladder", "LADDER", "ladder_model_states", "STATE_DEFINITIONS", "H100_SXM_MEMORY_BYTES",
 ]
 
 # Bytes per element of the dtypes a hook or a precision uses.
@@ -74,6 +92,7 @@ BACKENDS = ("gloo", "nccl")
 PRECISIONS = ("fp32", "mixed", "bf16")
 OPTIMIZERS = ("adam", "sgd_momentum", "sgd")
 ZERO_STAGES = (0, 1, 2, 3)
+STATE_DEFINITIONS = ("after step", "peak")  # the module docstring defines both
 
 
 @dataclass(frozen=True)
@@ -82,7 +101,9 @@ class StrategyCost:
 
     ``sent_bytes`` / ``received_bytes``: payload bytes; ``messages``: collective calls the
     rank takes part in (each all-reduce, all-gather, reduce-scatter or broadcast is one);
-    ``model_state_bytes``: parameters + gradients + optimizer state (None when not given a
+    ``state_after_step_bytes``: parameters + gradients + optimizer state once the optimizer
+    has stepped; ``peak_state_bytes``: the most the rank holds during the step, that plus the
+    strategy's own extra state (both defined in the module docstring; None when not given a
     parameter count); ``formula``: the bytes in symbols; ``source``: the PyTorch code.
     """
 
@@ -90,7 +111,8 @@ class StrategyCost:
     sent_bytes: float
     received_bytes: float
     messages: int
-    model_state_bytes: float | None
+    state_after_step_bytes: float | None
+    peak_state_bytes: float | None
     formula: str
     source: str
     extra: dict = field(default_factory=dict)
@@ -268,6 +290,7 @@ def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
         pb, gb, k = bytes_per_parameter(precision, optimizer)
         states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
     return StrategyCost("DP (copy path)", each, each, 2 * (n - 1) if rank == 0 else 2, states,
+                        states,
                         "GPU0: (n-1) P out + (n-1) P in; others P each way",
                         "data_parallel.py: replicate -> comm.broadcast_coalesced; "
                         "_functions.py: ReduceAddCoalesced -> comm.reduce_add_coalesced")
@@ -289,7 +312,7 @@ def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     if num_params is not None:
         pb, gb, k = bytes_per_parameter(precision, optimizer)
         states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
-    return StrategyCost("DP (NCCL path)", sent, received, 2 if n > 1 else 0, states,
+    return StrategyCost("DP (NCCL path)", sent, received, 2 if n > 1 else 0, states, states,
                         "GPU0: about P out (broadcast) + P in (reduce), pipelined",
                         "torch/csrc/cuda/comm.cpp: broadcast -> nccl::broadcast; "
                         "torch/nn/parallel/comm.py: reduce_add -> nccl.reduce")
@@ -300,8 +323,9 @@ def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision=
     """Plain DDP: one ring all-reduce per bucket, 2 (n-1)/n P sent and received per rank."""
     v = ring_allreduce_bytes(param_bytes, num_gpus)
     n = _ranks(num_gpus)
-    return StrategyCost("DDP", v, v, _integer(num_buckets, "num_buckets", 1),
-                        _states(num_params, n, 0, precision, optimizer), "2(n-1)/n P",
+    states = _states(num_params, n, 0, precision, optimizer)
+    return StrategyCost("DDP", v, v, _integer(num_buckets, "num_buckets", 1), states, states,
+                        "2(n-1)/n P",
                         "reducer.cpp: Reducer::all_reduce_bucket, one all-reduce per bucket")
 
 
@@ -321,7 +345,8 @@ def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
         b = _integer(samples_per_micro_step, "samples_per_micro_step", 1)
         extra["bytes_per_sample"] = cost.sent_bytes / (k * b)
     return StrategyCost(f"DDP + accumulation (k={k})", cost.sent_bytes, cost.received_bytes,
-                        cost.messages, cost.model_state_bytes, "2(n-1)/n P per step; / k per "
+                        cost.messages, cost.state_after_step_bytes, cost.peak_state_bytes,
+                        "2(n-1)/n P per step; / k per "
                         "micro-step", "distributed.py: DistributedDataParallel.no_sync "
                         "(require_backward_grad_sync = False)", extra)
 
@@ -338,8 +363,9 @@ def compress_hook(param_bytes, num_gpus, dtype: str = "bf16", grad_dtype: str = 
     compressed = p * DTYPE_BYTES[dtype] / DTYPE_BYTES[grad_dtype]
     v = ring_allreduce_bytes(compressed, num_gpus)
     n = _ranks(num_gpus)
+    states = _states(num_params, n, 0, precision, optimizer)
     return StrategyCost(f"DDP + {dtype} hook", v, v, _integer(num_buckets, "num_buckets", 1),
-                        _states(num_params, n, 0, precision, optimizer),
+                        states, states,
                         f"2(n-1)/n P x {DTYPE_BYTES[dtype]}/{DTYPE_BYTES[grad_dtype]}",
                         f"ddp_comm_hooks/default_hooks.py: {dtype}_compress_hook")
 
@@ -394,8 +420,12 @@ def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: in
     (biases and any matrix not worth compressing, see ``powersgd_elements``), then P (rows x r'
     per compressed matrix), then Q (cols x r'); each is called even when empty. Bytes per rank:
     2 (n-1)/n (U + sum r'(rows + cols)) x ``element_bytes``. ``buckets``: lists of indices into
-    ``shapes`` (default: one bucket). The hook's
-    state (error feedback, P and Q memories) adds about P + r' (rows + cols) w bytes.
+    ``shapes`` (default: one bucket).
+
+    Model state: after the step, DDP's (p + g + K) Psi; at its peak, plus the error feedback,
+    one bucket-sized tensor of the gradients' dtype per bucket, g Psi in all
+    (``PowerSGDState.error_dict``: created at the start, kept from step to step). The P and Q
+    factors the hook all-reduces (r' (rows + cols) per matrix) are not counted.
     """
     shapes = list(shapes)
     n = _ranks(num_gpus)
@@ -410,6 +440,7 @@ def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: in
     if it < start:
         v = ring_allreduce_bytes(total * w, n)
         return StrategyCost(f"PowerSGD r={r} (before start)", v, v, len(buckets), states,
+                            states,
                             "2(n-1)/n P (vanilla all-reduce before start_powerSGD_iter)",
                             "powerSGD_hook.py: powerSGD_hook -> default._allreduce_fut")
     elements = dict(uncompressed=0, p=0, q=0)
@@ -418,7 +449,11 @@ def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: in
         for key in elements:
             elements[key] += one[key]
     sent = sum(ring_allreduce_bytes(e * w, n) for e in elements.values())
-    return StrategyCost(f"PowerSGD r={r}", sent, sent, 3 * len(buckets), states,
+    peak = None
+    if states is not None:  # + the error feedback, g bytes per parameter
+        peak = states + bytes_per_parameter(precision, optimizer)[1] * _real(num_params,
+                                                                             "num_params")
+    return StrategyCost(f"PowerSGD r={r}", sent, sent, 3 * len(buckets), states, peak,
                         "2(n-1)/n (U + r(m+k)) w", "powerSGD_hook.py: powerSGD_hook "
                         "(all-reduces of the uncompressed tensors, then Ps, then Qs)",
                         {**elements, "uncompressed_total_elements": total})
@@ -468,7 +503,7 @@ def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str 
     own = sum(e for e, o in zip(numels, owner, strict=True) if o == rank)
     states = (pb + gb) * sum(numels) + k * own
     return StrategyCost("ZeRO-1", sent, received,
-                        _integer(num_buckets, "num_buckets", 1) + broadcasts, states,
+                        _integer(num_buckets, "num_buckets", 1) + broadcasts, states, states,
                         "2(n-1)/n P + broadcast of every rank's shard",
                         "zero_redundancy_optimizer.py: ZeroRedundancyOptimizer.step -> "
                         "_sync_params -> _broadcast_params_from_rank",
@@ -477,17 +512,20 @@ def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str 
 
 def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str = "nccl",
          num_units: int = 1, num_params=None, precision="fp32",
-         optimizer="adam") -> StrategyCost:
+         optimizer="adam", local_numel=None) -> StrategyCost:
     """FSDP (``fully_shard``, ZeRO-3) per rank per step, for ``num_units`` sharded modules.
 
     Forward all-gathers every unit's parameters ((n-1)/n P); with ``reshard_after_forward``
     (full sharding) backward all-gathers them again; backward reduce-scatters the gradients
     (``reduce_scatter_bytes``: (n-1)/n P on NCCL, 2 (n-1)/n P on gloo). Full sharding: 3 (n-1)/n
     P on NCCL, 4 (n-1)/n P on gloo; without resharding 2 and 3. Messages: 2 or 1 all-gathers
-    and one reduce-scatter per unit. Model state: ZeRO stage 3, (p + g + K) Psi / n, with
-    resharding (plus one unit's gathered parameters while it computes); without resharding
-    every unit's unsharded parameters stay from its forward to its backward, so the peak is
-    p Psi + (p + g + K) Psi / n.
+    and one reduce-scatter per unit.
+
+    Model state after the step: the rank's shards, (p + g + K) x ``local_numel`` (its
+    parameter elements, ``fsdp_local_numel``; default Psi / n, ZeRO stage 3), with or without
+    resharding. Peak: the same with resharding (the one unit gathered while it computes is a
+    communication buffer, not counted); without resharding every unit's unsharded parameters
+    stay from its forward to its backward, so p Psi more.
     """
     p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
     _choice(backend, "backend", BACKENDS)
@@ -499,10 +537,15 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
     factor = {True: {"nccl": 3, "gloo": 4}, False: {"nccl": 2, "gloo": 3}}[
         reshard_after_forward][backend]
     name = "FSDP full sharding" if reshard_after_forward else "FSDP no reshard"
-    states = _states(num_params, n, 3, precision, optimizer)
-    if states is not None and not reshard_after_forward:
-        states += bytes_per_parameter(precision, optimizer)[0] * _real(num_params, "num_params")
-    return StrategyCost(name, v, v, (gathers + 1) * units, states,
+    states = peak = None
+    if num_params is not None:
+        psi = _real(num_params, "num_params")
+        pb, gb, k = bytes_per_parameter(precision, optimizer)
+        local = psi / n if local_numel is None else _real(local_numel, "local_numel")
+        states = peak = (pb + gb + k) * local
+        if not reshard_after_forward:  # the unsharded parameters, forward to backward
+            peak = states + pb * psi
+    return StrategyCost(name, v, v, (gathers + 1) * units, states, peak,
                         f"{factor}(n-1)/n P on {backend}",
                         "torch.distributed.fsdp.fully_shard: all-gather in forward"
                         + (" and backward" if reshard_after_forward else "")
@@ -554,13 +597,16 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
            powersgd_rank: int = 1, num_buckets: int = 1, num_units=None,
            element_bytes: int = 4, precision="fp32", optimizer="adam") -> list:
     """The lesson's ladder for one model given by its parameters' ``shapes``: a list of
-    ``StrategyCost`` for ``rank``, one per rung in ``LADDER`` (PowerSGD after its start)."""
+    ``StrategyCost`` for ``rank``, one per rung in ``LADDER`` (PowerSGD after its start).
+    Model state is this rank's: ZeRO-1's optimizer shard and FSDP's parameter shards as
+    PyTorch partitions them (``zero1_partition``, ``fsdp_local_numel``)."""
     shapes = [tuple(s) for s in shapes]
     numels = [math.prod(s) for s in shapes]
     psi = sum(numels)
     p = psi * element_bytes
     units = num_units if num_units is not None else max(1, len(shapes) // 2)
     padded = fsdp_padded_param_bytes(shapes, num_gpus, element_bytes)
+    local = fsdp_local_numel(shapes, num_gpus, rank)
     common = dict(num_params=psi, precision=precision, optimizer=optimizer)
     rows = [dp_copy_path(p, num_gpus, rank, **common), dp_nccl_path(p, num_gpus, rank, **common),
             ddp(p, num_gpus, num_buckets, **common),
@@ -569,8 +615,8 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
             powersgd(shapes, num_gpus, powersgd_rank, element_bytes=element_bytes, **common),
             zero1(numels, num_gpus, rank, element_bytes, backend, num_buckets=num_buckets,
                   precision=precision, optimizer=optimizer),
-            fsdp(padded, num_gpus, False, backend, units, **common),
-            fsdp(padded, num_gpus, True, backend, units, **common)]
+            fsdp(padded, num_gpus, False, backend, units, **common, local_numel=local),
+            fsdp(padded, num_gpus, True, backend, units, **common, local_numel=local)]
     return rows
 
 
@@ -579,26 +625,30 @@ H100_SXM_MEMORY_BYTES = GPUS["H100 SXM 80GB"].memory_bytes
 
 
 def ladder_model_states(num_params, num_gpus, precision: str = "mixed",
-                        optimizer: str = "adam") -> dict:
+                        optimizer: str = "adam", definition: str = "peak") -> dict:
     """Model-state bytes per GPU on each rung of ``LADDER`` for a model of ``num_params``
-    (the busiest GPU: GPU0 under DP). Activations come on top.
+    (the busiest GPU: GPU0 under DP), by ``definition``, one of ``STATE_DEFINITIONS`` (the
+    module docstring defines both; shards are Psi / n). Activations come on top.
 
-    DP (both paths): GPU0 holds parameters, gradients and the only optimizer, (p + g + K) Psi
-    (plus, during ``reduce_add``, a second gradient buffer: not counted). DDP, accumulation
-    and the bf16 hook: (p + g + K) Psi. PowerSGD: that plus its error-feedback buffer, g Psi
-    (``PowerSGDState.error_dict``, one per bucket). ZeRO-1: stage 1. FSDP full sharding:
-    stage 3; FSDP without resharding keeps the unsharded parameters between forward and
-    backward: p Psi + (p + g + K) Psi / n.
+    After the step: DP (both paths), DDP, accumulation, the bf16 hook and PowerSGD hold
+    (p + g + K) Psi (GPU0 under DP holds the only optimizer); ZeRO-1 stage 1; FSDP, with or
+    without resharding, stage 3, (p + g + K) Psi / n. Peak: the same, except PowerSGD, plus its
+    error feedback g Psi (``PowerSGDState.error_dict``), and FSDP without resharding, plus the
+    unsharded parameters it keeps from forward to backward, p Psi. Neither counts DP's
+    ``reduce_add`` buffer or DDP's buckets.
     """
     psi = _real(num_params, "num_params")
     n = _ranks(num_gpus)
+    _choice(definition, "definition", STATE_DEFINITIONS)
     p, g, k = bytes_per_parameter(precision, optimizer)
     ddp_state = model_state_bytes(psi, n, 0, p, g, k)
+    sharded = model_state_bytes(psi, n, 3, p, g, k)
+    peak = definition == "peak"
     return {
         "DP (copy path)": ddp_state, "DP (NCCL path)": ddp_state, "DDP": ddp_state,
         "+ accumulation": ddp_state, "+ bf16 hook": ddp_state,
-        "PowerSGD": ddp_state + g * psi,
+        "PowerSGD": ddp_state + g * psi if peak else ddp_state,
         "ZeRO-1": model_state_bytes(psi, n, 1, p, g, k),
-        "FSDP no reshard": p * psi + model_state_bytes(psi, n, 3, p, g, k),
-        "FSDP full sharding": model_state_bytes(psi, n, 3, p, g, k),
+        "FSDP no reshard": p * psi + sharded if peak else sharded,
+        "FSDP full sharding": sharded,
     }

@@ -118,6 +118,20 @@ def test_model_state_census_matches_the_zero_formulas(run):
             assert row["state_census_bytes"] == row["predicted_state_census_bytes"] == state
 
 
+def test_the_peak_adds_error_feedback_and_unsharded_parameters(run):
+    w, depth = shape(run)
+    psi = depth * (w * w + w)
+    for row in run["scenarios"]["powersgd"]:  # PowerSGDState.error_dict: one fp32 bucket
+        assert row["error_feedback_bytes"] == 4 * psi
+    for row in run["scenarios"]["fsdp-no-reshard"]:  # whole parameters, forward to backward
+        assert row["unsharded_after_forward_bytes"] == 4 * psi
+    for row in run["scenarios"]["fsdp"]:  # resharded after each unit's forward
+        assert row["unsharded_after_forward_bytes"] == 0
+    for name in ("ddp-adam", "zero1", "powersgd", "fsdp", "fsdp-no-reshard"):
+        for row in run["scenarios"][name]:
+            assert row["peak_state_bytes"] == row["predicted_peak_state_bytes"], name
+
+
 def test_the_same_training_where_the_arithmetic_is_the_same(run):
     plain = run["scenarios"]["ddp-adam"]
     for name in ("bucket-cap", "zero1", "fsdp", "fsdp-no-reshard"):
@@ -141,7 +155,20 @@ def test_the_ladder_rows_join_model_and_measurement(run):
     for row in rows:
         if row["measured_sent_bytes"] is not None and row["rung"] != "PowerSGD":
             assert abs(row["measured_sent_bytes"] / row["modelled_sent_bytes"] - 1) < TOLERANCE
-    assert len(format_ladder_table(rows).splitlines()) == 1 + len(rows)
+    assert len(format_ladder_table(rows).splitlines()) == 2 + len(rows)
+
+
+def test_bytes_excess_is_the_worst_rank_and_direction(run):
+    from dpcost.measure.strategy_scenarios import bytes_excess
+
+    p = run["param_bytes"]
+    excess = bytes_excess(run)
+    assert "DP (NCCL path)" not in excess  # not measured here
+    ddp = run["scenarios"]["ddp-adam"]
+    assert excess["DDP"] == max(abs(row[f"{d}_bytes"] / p - 1)
+                                for row in ddp for d in ("sent", "received"))
+    for rung, value in excess.items():
+        assert 0 < value < (1 if rung == "PowerSGD" else TOLERANCE), rung
 
 
 def test_unavailable_says_why_and_rejects_unknown_names():

@@ -17,9 +17,10 @@ def fake_rows():
         rows.append({"rung": st.LADDER[i], "modelled_sent_bytes": cost.sent_bytes,
                      "measured_sent_bytes": measured, "modelled_messages": cost.messages,
                      "measured_messages": None if measured is None else cost.messages,
-                     "modelled_state_bytes": cost.model_state_bytes,
-                     "measured_state_bytes": None if measured is None else
-                     cost.model_state_bytes})
+                     "modelled_state_after_step_bytes": cost.state_after_step_bytes,
+                     "modelled_peak_state_bytes": cost.peak_state_bytes,
+                     "measured_state_after_step_bytes": None if measured is None else
+                     cost.state_after_step_bytes})
     return rows
 
 
@@ -29,8 +30,14 @@ def test_ladder_figure_draws_every_rung_and_skips_the_unmeasured():
     assert data["rungs"] == list(st.LADDER)
     left, right = fig.axes
     assert [t.get_text() for t in left.get_yticklabels()] == list(st.LADDER)
-    # modelled bars for all 9 rungs, measured for the 8 that ran, in both panels
-    assert len(left.patches) == len(right.patches) == 9 + 8
+    # modelled bars for all 9 rungs, measured for the 8 that ran, in both panels; on the
+    # right, dashed outlines for the 2 rungs whose peak exceeds the state after the step
+    assert len(left.patches) == 9 + 8
+    assert len(right.patches) == 9 + 8 + 2
+    outlines = [bar for bar in right.patches if not bar.get_fill()]
+    assert [round(bar.get_width() * 1e6) for bar in outlines] == [
+        row["modelled_peak_state_bytes"] for row in rows
+        if row["rung"] in ("PowerSGD", "FSDP no reshard")]
     assert left.get_xlabel().startswith("bytes sent per rank")
     assert right.get_legend() is not None and fig._suptitle.get_text()
     plt.close(fig)

@@ -77,7 +77,7 @@ def test_ddp_bucket_caps_and_latency():
 def test_ddp_and_accumulation():
     cost = st.ddp(8 * MB, 4, num_buckets=3, num_params=2 * MB)
     assert (cost.sent_bytes, cost.received_bytes, cost.messages) == (12 * MB, 12 * MB, 3)
-    assert cost.model_state_bytes == 16 * 2 * MB  # fp32 Adam
+    assert cost.state_after_step_bytes == cost.peak_state_bytes == 16 * 2 * MB  # fp32 Adam
     acc = st.accumulation(8 * MB, 4, 4, samples_per_micro_step=16)
     assert acc.sent_bytes == 12 * MB  # per optimizer step: unchanged
     assert acc.extra["bytes_per_micro_step"] == 3 * MB
@@ -114,6 +114,12 @@ def test_powersgd_bytes_before_and_after_start():
     elements = 4 * (256 + 256 + 256)  # per layer: P 256, Q 256, bias 256 uncompressed
     assert after.sent_bytes == elements * 4  # 2(n-1)/n = 1 at n = 2
     assert after.messages == 6  # three all-reduces per bucket
+    # model state: after the step DDP's; at the peak + the error feedback, g Psi
+    psi = p / 4
+    kept = st.powersgd(shapes, 2, 1, iteration=2, start_powersgd_iter=2, num_params=psi,
+                       precision="mixed")
+    assert kept.state_after_step_bytes == 16 * psi
+    assert kept.peak_state_bytes == 16 * psi + 2 * psi
 
 
 def test_zero1_partition_and_bytes():
@@ -125,7 +131,8 @@ def test_zero1_partition_and_bytes():
     assert cost.sent_bytes == 880 + 440 and cost.received_bytes == 880 + 440
     assert cost.messages == 1 + 4  # one gradient bucket, one broadcast per parameter
     assert st.zero1(numels, 2, parameters_as_bucket_view=True).messages == 1 + 2
-    assert cost.model_state_bytes == 8 * 220 + 8 * 110  # fp32 p + g, Adam K=8 on its shard
+    assert cost.state_after_step_bytes == 8 * 220 + 8 * 110  # fp32 p + g, K=8 on its shard
+    assert cost.peak_state_bytes == cost.state_after_step_bytes
     # n = 3 on gloo: shards 100, 100+..., each root sends once to each of 2 others (tree)
     three = st.zero1([30, 30, 30], 3, rank=0)
     assert three.sent_bytes == pytest.approx(2 * 2 / 3 * 360 + 2 * 120)
@@ -141,10 +148,14 @@ def test_fsdp_full_sharding_and_no_reshard_on_both_backends():
     assert st.fsdp(p, n, False, "gloo").sent_bytes == pytest.approx(3 * unit)
     assert st.fsdp(p, n, True, num_units=4).messages == 12
     assert st.fsdp(p, n, False, num_units=4).messages == 8
+    # after the step both hold their shards; the peak without resharding adds p Psi
     full = st.fsdp(p, n, True, num_params=2 * MB, precision="mixed")
-    assert full.model_state_bytes == 16 * 2 * MB / 4
+    assert full.state_after_step_bytes == full.peak_state_bytes == 16 * 2 * MB / 4
     kept = st.fsdp(p, n, False, num_params=2 * MB, precision="mixed")
-    assert kept.model_state_bytes == 2 * 2 * MB + 16 * 2 * MB / 4
+    assert kept.state_after_step_bytes == 16 * 2 * MB / 4
+    assert kept.peak_state_bytes == 2 * 2 * MB + 16 * 2 * MB / 4
+    # a rank's own shards, when given: 3 of 10 rows
+    assert st.fsdp(p, n, True, num_params=10, local_numel=3).state_after_step_bytes == 16 * 3
 
 
 def test_dp_paths():
@@ -166,9 +177,17 @@ def test_the_ladder_has_every_rung_in_order():
     assert by["FSDP no reshard"].sent_bytes == 1.5 * p
     assert by["ZeRO-1"].sent_bytes == 1.5 * p
     psi = p / 4
-    assert by["DDP"].model_state_bytes == 16 * psi
-    assert by["ZeRO-1"].model_state_bytes == 8 * psi + 8 * psi / 2
-    assert by["FSDP full sharding"].model_state_bytes == 16 * psi / 2
+    after = {rung: cost.state_after_step_bytes for rung, cost in by.items()}
+    peak = {rung: cost.peak_state_bytes for rung, cost in by.items()}
+    assert after["DDP"] == after["PowerSGD"] == 16 * psi
+    assert after["ZeRO-1"] == 8 * psi + 8 * psi / 2
+    assert after["FSDP full sharding"] == after["FSDP no reshard"] == 16 * psi / 2
+    assert peak["PowerSGD"] == 16 * psi + 4 * psi  # + error feedback, fp32
+    assert peak["FSDP no reshard"] == 16 * psi / 2 + 4 * psi  # + unsharded parameters
+    assert {r for r in st.LADDER if peak[r] != after[r]} == {"PowerSGD", "FSDP no reshard"}
+    # FSDP2's shards are torch.chunk's: 3 ranks of 256 rows hold 86, 86 and 84
+    three = dict(zip(st.LADDER, st.ladder(shapes, 3, rank=2), strict=True))
+    assert three["FSDP full sharding"].state_after_step_bytes == 16 * 4 * (84 * 256 + 84)
     assert math.isclose(by["PowerSGD"].sent_bytes, 4 * 768 * 4)
 
 
@@ -213,6 +232,12 @@ def test_ladder_model_states_for_llama_on_80_gb():
     fits = [rung for rung, b in states.items() if b <= st.H100_SXM_MEMORY_BYTES]
     assert fits == ["ZeRO-1", "FSDP no reshard", "FSDP full sharding"]
     assert list(states) == list(st.LADDER)
+    after = st.ladder_model_states(psi, 8, definition="after step")
+    assert after["PowerSGD"] == after["DDP"] == 16 * psi  # the census has no error feedback
+    assert after["FSDP no reshard"] == after["FSDP full sharding"] == 2 * psi
+    assert {r for r in st.LADDER if after[r] != states[r]} == {"PowerSGD", "FSDP no reshard"}
+    with pytest.raises(ValueError, match="definition"):
+        st.ladder_model_states(psi, 8, definition="between steps")
 
 
 def test_fsdp2_pads_shards_to_the_first_chunk():

@@ -28,9 +28,14 @@ scenario. One ``step`` is one optimizer step.
 Collective calls are counted by wrapping ``torch.distributed.all_reduce``, ``broadcast``,
 ``all_gather_single`` and ``reduce_scatter_single`` (the functions the hooks, ZeRO and FSDP2
 call by attribute at call time) while a scenario steps; DDP's built-in reducer calls the
-process group from C++, which is why ``bucket-cap`` registers ``allreduce_hook``. Model state
-is read as a census of tensors after each step: the local bytes of parameters, gradients and
-optimizer state (DTensor shards by ``to_local``), beside the peak-RSS reading of the worker.
+process group from C++, which is why ``bucket-cap`` registers ``allreduce_hook``.
+
+Model state is measured under both of ``dpcost.strategies``' definitions. After the step: a
+census of the local bytes of parameters, gradients and optimizer state (DTensor shards by
+``to_local``) once ``optimizer.step()`` has returned. Peak: that plus what a strategy holds
+beside them, read where it is held: PowerSGD's error feedback (``PowerSGDState.error_dict``,
+after the step) and, for FSDP, the parameters left unsharded between forward and backward
+(read after forward). The worker's peak-RSS reading is reported beside them.
 """
 
 from __future__ import annotations
@@ -49,7 +54,6 @@ POWERSGD_RANK = 1
 POWERSGD_START = 2  # the smallest start PowerSGDState allows with error feedback
 BUCKET_CAP_MB = 0.5  # MiB: several buckets for a model of a few MB
 POWERSGD_BUCKET_CAP_MB = 1024  # MiB: one bucket (see StrategyScenario._wrap)
-FP32_ADAM_BYTES = sum(st.bytes_per_parameter("fp32", "adam"))  # 4 + 4 + 8 per parameter
 LEARNING_RATE = 1e-3
 TEACHER_SEED = 1
 DATASET_BATCHES = 4  # batches per rank in the training set (cycled): the loss can fall
@@ -105,7 +109,8 @@ def _local_bytes(tensor) -> int:
 
 
 def state_census(model, optimizer) -> dict:
-    """Bytes this rank holds of parameters, gradients and optimizer state (local shards)."""
+    """Bytes this rank holds of parameters, gradients and optimizer state (local shards): the
+    model state after the step when read after ``optimizer.step()``."""
     import torch
 
     params = list(model.parameters())
@@ -115,6 +120,13 @@ def state_census(model, optimizer) -> dict:
     return {"parameters": sum(_local_bytes(p) for p in params),
             "gradients": sum(_local_bytes(p.grad) for p in params),
             "optimizer state": state}
+
+
+def unsharded_parameter_bytes(model) -> int:
+    """Bytes of the parameters ``model`` exposes whole (not DTensor shards). Read after an
+    FSDP2 forward: without resharding every unit's parameters stay unsharded until its
+    backward (p Psi); with resharding none do."""
+    return sum(_local_bytes(p) for p in model.parameters() if not hasattr(p, "to_local"))
 
 
 def _teacher(width: int):
@@ -142,6 +154,7 @@ class StrategyScenario:
         self.model = self._wrap(base)
         self.optimizer = self._optimizer()
         self.census = {}
+        self.unsharded_after_forward = 0  # FSDP: parameter bytes left whole after forward
 
     # -- set-up per kind --------------------------------------------------------------------
     def _wrap(self, base):
@@ -219,6 +232,8 @@ class StrategyScenario:
             else:
                 progress(iteration, "forward")
                 loss = self._loss(iteration)
+                if self.kind.startswith("fsdp"):
+                    self.unsharded_after_forward = unsharded_parameter_bytes(self.model)
                 progress(iteration, "backward")
                 loss.backward()
                 self.losses.append(float(loss.detach()))
@@ -243,6 +258,15 @@ class StrategyScenario:
                   "losses": list(self.losses[:]), "window_losses": self.losses[losses_before:],
                   "state_census": dict(self.census),
                   "state_census_bytes": sum(self.census.values())}
+        # the peak adds what the strategy holds beside the census (dpcost.strategies)
+        beside = 0
+        if self.kind == "powersgd":
+            beside = sum(_local_bytes(t) for t in self.powersgd_state.error_dict.values())
+            result["error_feedback_bytes"] = beside
+        if self.kind.startswith("fsdp"):
+            beside = self.unsharded_after_forward
+            result["unsharded_after_forward_bytes"] = beside
+        result["peak_state_bytes"] = result["state_census_bytes"] + beside
         if not self.kind.startswith("fsdp"):  # a DDP model
             data = self.model._get_ddp_logging_data()
             result["bucket_sizes"] = [int(s) for s in str(data.get(
@@ -337,7 +361,8 @@ def ready_order_bytes(shapes) -> list:
 def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: int,
                 backend: str = "gloo", warmup: int = 2) -> dict:
     """What ``dpcost.strategies`` predicts for scenario ``name`` on ``rank``, per step:
-    predicted sent/received bytes, messages and model-state census bytes (fp32 Adam)."""
+    predicted sent/received bytes, messages and model state (fp32 Adam) after the step (what
+    the census reads) and at its peak."""
 
     if name not in NAMES:
         raise ValueError(f"strategy scenario must be one of {NAMES}, got {name!r}")
@@ -364,14 +389,12 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
         cost = st.zero1(numels, n, rank, 4, backend, num_buckets=buckets)
     else:  # shards padded to ceil(rows / n) rows (FSDP2), so P grows unless n divides w
         cost = st.fsdp(st.fsdp_padded_param_bytes(shapes, n), n, name == "fsdp", backend,
-                       depth, **common)
-    state = cost.model_state_bytes
-    if name.startswith("fsdp"):  # the census is read after the step: everything resharded,
-        state = FP32_ADAM_BYTES * st.fsdp_local_numel(shapes, n, rank)  # this rank's shards
+                       depth, **common, local_numel=st.fsdp_local_numel(shapes, n, rank))
     return {"predicted_sent_bytes": cost.sent_bytes,
             "predicted_received_bytes": cost.received_bytes,
             "predicted_messages": cost.messages,
-            "predicted_state_census_bytes": state,
+            "predicted_state_census_bytes": cost.state_after_step_bytes,
+            "predicted_peak_state_bytes": cost.peak_state_bytes,
             "formula": cost.formula, "source": cost.source}
 
 
@@ -389,9 +412,10 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
     model-state bytes (``dpcost.strategies.ladder`` for the measured model, fp32 Adam, on the
     report's backend) beside the measured ones, None where the rung did not run.
 
-    ``modelled_state_bytes`` is what the census reads after the optimizer step;
-    ``modelled_peak_state_bytes`` the peak (FSDP without resharding holds p Psi more between
-    forward and backward).
+    Model state under ``dpcost.strategies``' two definitions: ``*_state_after_step_bytes``,
+    once the optimizer has stepped (measured: the census); ``*_peak_state_bytes``, that plus
+    PowerSGD's error feedback (g Psi) or FSDP-without-resharding's unsharded parameters
+    (p Psi) (measured: the census plus those tensors, read where they are held).
     """
     from dpcost.measure.shape import DEPTH
 
@@ -402,9 +426,6 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
                          buckets, DEPTH)
     rows = []
     for rung, cost in zip(st.LADDER, modelled, strict=True):
-        between = cost.model_state_bytes  # what the census reads, after the optimizer step
-        if rung.startswith("FSDP"):  # this rank's shards (the peak adds p Psi w/o reshard)
-            between = FP32_ADAM_BYTES * st.fsdp_local_numel(shapes, n, rank)
         scenario = LADDER_SCENARIOS[rung]
         measured = None
         if scenario in report["scenarios"]:
@@ -413,11 +434,14 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
             "rung": rung, "scenario": scenario,
             "modelled_sent_bytes": cost.sent_bytes, "modelled_received_bytes":
                 cost.received_bytes, "modelled_messages": cost.messages,
-            "modelled_state_bytes": between, "modelled_peak_state_bytes": cost.model_state_bytes,
+            "modelled_state_after_step_bytes": cost.state_after_step_bytes,
+            "modelled_peak_state_bytes": cost.peak_state_bytes,
             "measured_sent_bytes": measured["sent_bytes"] if measured else None,
             "measured_received_bytes": measured["received_bytes"] if measured else None,
             "measured_messages": measured.get("messages") if measured else None,
-            "measured_state_bytes": measured.get("state_census_bytes") if measured else None,
+            "measured_state_after_step_bytes": measured.get("state_census_bytes")
+                if measured else None,
+            "measured_peak_state_bytes": measured.get("peak_state_bytes") if measured else None,
             "peak_rss_growth_bytes": measured["peak_memory_bytes"] if measured else None,
             "why_not_measured": None if measured else (
                 "needs GPUs and NCCL" if scenario is None else report["skipped"].get(
@@ -426,20 +450,41 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
     return rows
 
 
+def bytes_excess(report: dict) -> dict:
+    """Per rung measured in ``report``: the largest |measured / modelled - 1| of the bytes over
+    every rank and both directions (sent, received). Gloo's framing is the only difference,
+    so it grows with the messages per byte (``docs/measurement.md``)."""
+    excess = {}
+    for rank in range(report["world_size"]):
+        for row in ladder_rows(report, rank):
+            if row["measured_sent_bytes"] is None:
+                continue
+            for direction in ("sent", "received"):
+                ratio = row[f"measured_{direction}_bytes"] / row[f"modelled_{direction}_bytes"]
+                excess[row["rung"]] = max(excess.get(row["rung"], 0.0), abs(ratio - 1))
+    return excess
+
+
 def format_ladder_table(rows: list) -> str:
     """``ladder_rows`` as a text table: MB (10^6 B) per rank per optimizer step, messages and
-    model state, modelled beside measured ("-" where the rung did not run here)."""
+    model state after the step and at its peak, modelled beside measured ("-" where the rung
+    did not run here)."""
     def mb(value):
         return "-" if value is None else f"{value / 1e6:.4f}"
 
     def count(value):
         return "-" if value is None else f"{value:g}"
 
-    lines = [f"{'rung':<20} {'sent MB':>9} {'measured':>9} {'msgs':>5} {'measured':>8} "
-             f"{'state MB':>9} {'measured':>9}"]
+    lines = [f"{'':<20} {'sent MB':^19} {'messages':^17} {'state after step MB':^19} "
+             f"{'peak state MB':^19}".rstrip(),
+             f"{'rung':<20} {'model':>9} {'measured':>9} {'model':>8} {'measured':>8} "
+             f"{'model':>9} {'measured':>9} {'model':>9} {'measured':>9}"]
     for row in rows:
         lines.append(f"{row['rung']:<20} {mb(row['modelled_sent_bytes']):>9} "
-                     f"{mb(row['measured_sent_bytes']):>9} {count(row['modelled_messages']):>5} "
-                     f"{count(row['measured_messages']):>8} {mb(row['modelled_state_bytes']):>9} "
-                     f"{mb(row['measured_state_bytes']):>9}")
+                     f"{mb(row['measured_sent_bytes']):>9} {count(row['modelled_messages']):>8} "
+                     f"{count(row['measured_messages']):>8} "
+                     f"{mb(row['modelled_state_after_step_bytes']):>9} "
+                     f"{mb(row['measured_state_after_step_bytes']):>9} "
+                     f"{mb(row['modelled_peak_state_bytes']):>9} "
+                     f"{mb(row['measured_peak_state_bytes']):>9}")
     return "\n".join(lines)

@@ -13,8 +13,10 @@ MEASURED_COLOR = style.DDP_COLOR
 
 def ladder_figure(rows: list, title: str = ""):
     """Two panels, one bar pair per rung: bytes sent per rank per optimizer step (MB) and
-    model-state bytes per rank (MB), modelled (grey) beside measured (blue, absent where the
-    rung did not run here). Messages per step are written at the end of each bytes bar.
+    model state per rank after the step (MB), modelled (grey) beside measured (blue, absent
+    where the rung did not run here); a dashed outline marks the modelled peak where it is
+    larger (``dpcost.strategies`` defines both). Messages per step are written at the end of
+    each bytes bar.
 
     ``rows``: ``dpcost.measure.strategy_scenarios.ladder_rows``. Returns (figure, data) with
     data[key] the lists drawn, in bytes.
@@ -22,12 +24,13 @@ def ladder_figure(rows: list, title: str = ""):
     style.apply()
     rungs = [row["rung"] for row in rows]
     data = {"rungs": rungs}
-    for key in ("modelled_sent_bytes", "measured_sent_bytes", "modelled_state_bytes",
-                "measured_state_bytes", "modelled_messages", "measured_messages"):
+    for key in ("modelled_sent_bytes", "measured_sent_bytes", "modelled_state_after_step_bytes",
+                "measured_state_after_step_bytes", "modelled_peak_state_bytes",
+                "modelled_messages", "measured_messages"):
         data[key] = [row[key] for row in rows]
     fig, (left, right) = plt.subplots(1, 2, sharey=True, figsize=(12.8, 6.4))
     ys = list(range(len(rows)))
-    for ax, kind in ((left, "sent"), (right, "state")):
+    for ax, kind in ((left, "sent"), (right, "state_after_step")):
         for offset, source, color in ((-0.2, "modelled", MODELLED_COLOR),
                                       (0.2, "measured", MEASURED_COLOR)):
             values = data[f"{source}_{kind}_bytes"]
@@ -35,6 +38,11 @@ def ladder_figure(rows: list, title: str = ""):
                      if v is not None]
             ax.barh([d[0] for d in drawn], [d[1] for d in drawn], height=0.38, color=color,
                     label=source + (" (gloo, this CPU)" if source == "measured" else ""))
+    peaks = [(y - 0.2, peak / 1e6) for y, peak, after in zip(
+        ys, data["modelled_peak_state_bytes"], data["modelled_state_after_step_bytes"],
+        strict=True) if peak is not None and peak > after]
+    right.barh([p[0] for p in peaks], [p[1] for p in peaks], height=0.38, fill=False,
+               edgecolor="black", linestyle="--", label="modelled peak")
     for y, row in zip(ys, rows, strict=True):
         label = f"{row['modelled_messages']} msg"
         left.text(row["modelled_sent_bytes"] / 1e6, y - 0.2, " " + label, va="center",
@@ -46,8 +54,9 @@ def ladder_figure(rows: list, title: str = ""):
     left.set_xlabel("bytes sent per rank per optimizer step (MB = 10^6 B)")
     right.set_xlabel("model state per rank: params + grads + Adam (MB)")
     left.set_title("communication")
-    right.set_title("memory")
-    most = max(v for v in data["modelled_state_bytes"] + data["measured_state_bytes"] if v)
+    right.set_title("memory after the optimizer step (dashed: peak)")
+    most = max(v for v in data["modelled_state_after_step_bytes"] + data[
+        "measured_state_after_step_bytes"] + data["modelled_peak_state_bytes"] if v)
     right.set_xlim(0, 1.15 * most / 1e6)
     right.legend(loc="lower right", framealpha=1)  # the memory panel's lower right is empty
     fig.suptitle(title or "The ladder from DataParallel to FSDP, per rank")
@@ -57,7 +66,8 @@ def ladder_figure(rows: list, title: str = ""):
 
 def fits_figure(states: dict, capacity_bytes: float, title: str = "", capacity_label=""):
     """Horizontal bars: model-state bytes per GPU per rung (GB), one group per model
-    (``states[model_label][rung]``), and the GPU's capacity as a vertical line. Returns
+    (``states[model_label][rung]``, e.g. ``dpcost.strategies.ladder_model_states``; the title
+    should say which definition), and the GPU's capacity as a vertical line. Returns
     (figure, data) with data[model_label][rung] in bytes."""
     style.apply()
     models = list(states)
