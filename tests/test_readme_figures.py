@@ -122,3 +122,37 @@ def test_measured_bytes_within_what_lesson_06_measured(sentence):
     excess = [int(extra) / (float(predicted) * 1e6) for row in rows
               for predicted, extra in (row[:2], row[2:])]
     assert len(excess) >= 8 and max(excess) * 100 <= float(percent)
+
+
+def test_strategies_bytes_within_what_lesson_08_measured():
+    fsdp, others, payload, framing = quoted(
+        r"to within ([\d.]+) % for FSDP's two rungs and ([\d.]+) % for the others \(lesson 08: "
+        r"the 1 MB model, n = 2; PowerSGD: its (\d+) KB of payload plus about (\d+) B of framing "
+        r"per all-reduce\)")
+    printed = lesson_output("08_beyond_ddp.ipynb", "ss.bytes_excess(report)")
+    assert f"FSDP (both rungs): within {fsdp} %" in printed
+    assert f"every other rung but PowerSGD: within {others} %" in printed
+    assert f"PowerSGD: {payload} KB of payload + about {framing} B of framing" in printed
+
+
+def test_fsdp_on_gloo_moves_an_all_reduce():
+    gloo, nccl = quoted(r"FSDP full sharding moves (\d)\(n−1\)/n·P per rank on gloo against "
+                        r"(\d)\(n−1\)/n·P on NCCL")
+    printed = lesson_output("08_beyond_ddp.ipynb", "for reshard in (True, False):")
+    n = 2
+    line = re.search(r"reshard_after_forward=True : NCCL ([\d.]+) P, gloo ([\d.]+) P", printed)
+    assert float(line[1]) == int(nccl) * (n - 1) / n and float(line[2]) == int(gloo) * (n - 1) / n
+
+
+def test_which_strategies_fit_llama_2():
+    quoted(r"Llama-2 7B on 8 GPUs fits an 80 GB GPU's model state with ZeRO-1 or FSDP; 70B on 64 "
+           r"GPUs only with full sharding \(lesson 08\)")
+    printed = lesson_output("08_beyond_ddp.ipynb", '"Llama-2 7B, n = 8"')
+    fits = {"7B": [], "70B": []}
+    for rung, seven, seventy in re.findall(r"^(.+?)\s+[\d.]+\s+(fits|no)\s+[\d.]+\s+(fits|no)$",
+                                           printed, re.M):
+        for model, verdict in (("7B", seven), ("70B", seventy)):
+            if verdict == "fits":
+                fits[model].append(rung.strip())
+    assert fits == {"7B": ["ZeRO-1", "FSDP no reshard", "FSDP full sharding"],
+                    "70B": ["FSDP full sharding"]}
