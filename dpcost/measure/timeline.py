@@ -15,11 +15,13 @@ and an α-β cost per all-reduce of S_k bytes, t(S) = a + b·S (fitted on this m
 all-reduces, ``fit_alpha_beta``). It assumes the all-reduces run one after another, each at its
 lone speed: bucket k completes at c_k = max(r_k, c_{k-1}) + t(S_k), and the exposed tail is
 c_K - (last gradient ready). DDP hands the buckets over in index order (``reducer.cpp:
-mark_bucket_ready``), and on NCCL a group's collectives queue on one stream, so they do run in
-series there. Gloo does not promise it: a process group has ``ProcessGroupGloo::Options``
-``threads`` workers, 2 by default (``powersgd_gloo.default_gloo_threads`` reads it), so two
-buckets' all-reduces can be in flight at once, sharing the link and the cores;
-``overlapping_allreduces`` counts the iterations where a measured timeline shows that. Serial
+mark_bucket_ready``: "Buckets are reduced in sequence"), and on NCCL a group's collectives
+queue on its one stream per device (``ProcessGroupNCCL.cpp: collective``, ``ncclStreams_``),
+so they run in series there. Gloo does not promise it: a process group has
+``ProcessGroupGloo::Options`` ``threads`` workers, 2 by default (read by
+``powersgd_gloo.default_gloo_threads``), so two buckets' all-reduces can be in flight at once,
+sharing the link and the cores; ``overlapping_allreduces`` counts the iterations where a
+measured timeline shows that. Serial
 completion is then the model, not a fact of the backend.
 
 Shares: ``summary`` and ``predicted_ddp`` give the median of each time over the iterations,
