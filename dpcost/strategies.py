@@ -78,6 +78,7 @@ __all__ = [
     "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
     "bytes_per_parameter", "model_state_bytes", "ring_allreduce_bytes", "allgather_bytes",
     "reduce_scatter_bytes", "broadcast_bytes", "bucket_assignment", "ddp_bucket_caps",
+    "ddp_rebuilt_buckets",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
     "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
@@ -247,10 +248,16 @@ def bucket_assignment(sizes_bytes, caps) -> list:
 
 
 def ddp_bucket_caps(bucket_cap_mb=None) -> list:
-    """The caps DDP's rebuilt buckets use, in bytes (``_BucketCapacityConfig.create``).
+    """The caps DDP's rebuilt buckets use, in bytes, in the order the buckets are filled
+    (``distributed.py: _BucketCapacityConfig.create``; ``reducer.cpp: rebuild_buckets`` passes
+    ``[first_bucket_bytes_cap_, bucket_bytes_cap_]``).
 
-    Default (None): 1 MiB for the first bucket, then 25 MiB. An explicit ``bucket_cap_mb``
-    (MiB, ``int(bucket_cap_mb * 2**20)`` bytes) applies to every bucket, the first included.
+    Default (None): 1 MiB, then 25 MiB. The buckets are filled in the order the gradients
+    became ready, so the 1 MiB cap goes to bucket 0, the *first* bucket all-reduced (the last
+    layers'); the bucket all-reduced last, which no compute can hide, may hold up to 25 MiB
+    (plus one tensor). ``DDP_SET_LAST_BUCKET_CAP=1`` moves the small cap to the last bucket:
+    ``ddp_rebuilt_buckets(..., small_last_bucket=True)``. An explicit ``bucket_cap_mb`` (MiB,
+    ``int(bucket_cap_mb * 2**20)`` bytes) applies to every bucket, the first included.
     The first iteration uses one bucket for all gradients (``compute_bucket_size_limits``
     returns ``[sys.maxsize]`` without ``find_unused_parameters``).
     """
@@ -261,6 +268,27 @@ def ddp_bucket_caps(bucket_cap_mb=None) -> list:
         raise ValueError(f"bucket_cap_mb must give a cap of at least 1 byte, got "
                          f"{bucket_cap_mb!r}")
     return [cap]
+
+
+def ddp_rebuilt_buckets(ready_sizes_bytes, bucket_cap_mb=None,
+                        small_last_bucket=False) -> list:
+    """Indices into ``ready_sizes_bytes`` of each rebuilt bucket, in the order DDP all-reduces
+    them (bucket 0 first), for gradients of one dtype listed in the order they became ready.
+
+    Default: ``bucket_assignment(ready_sizes_bytes, ddp_bucket_caps(bucket_cap_mb))``.
+    ``small_last_bucket=True`` is ``DDP_SET_LAST_BUCKET_CAP=1`` (``reducer.cpp:
+    rebuild_buckets``): the same caps over the *reversed* ready order, and the buckets
+    reversed again, so the first cap goes to the bucket all-reduced last.
+    """
+    if not isinstance(small_last_bucket, bool):
+        raise ValueError(f"small_last_bucket must be True or False, got {small_last_bucket!r}")
+    caps = ddp_bucket_caps(bucket_cap_mb)
+    if not small_last_bucket:
+        return bucket_assignment(ready_sizes_bytes, caps)
+    sizes = list(ready_sizes_bytes)
+    last = len(sizes) - 1
+    reversed_buckets = bucket_assignment(sizes[::-1], caps)
+    return [sorted(last - i for i in bucket) for bucket in reversed(reversed_buckets)]
 
 
 def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:

@@ -55,6 +55,32 @@ def test_median_over_iterations():
     assert list(tl.by_iteration(events)) == [0, 1]
 
 
+def test_the_share_is_the_ratio_of_the_medians():
+    """Three iterations, exposed of comm: 9 of 17 ms (ddp_iteration), 2 of 2 ms, 3 of 9 ms.
+    The medians are 3 and 9 ms, so the share printed beside them is 1/3; the median of the
+    per-iteration ratios (9/17, 1, 1/3) would be 9/17."""
+    events = ddp_iteration(0) + [
+        [1, "comm", "parameters out", 100 * MS, 102 * MS],
+        [1, "compute", "forward", 102 * MS, 103 * MS],
+        [2, "comm", "bucket 0 (1 B)", 200 * MS, 209 * MS],
+        [2, "compute", "forward", 200 * MS, 206 * MS],
+    ]
+    ratios = [tl.iteration_summary(evs)["exposed_fraction"]
+              for evs in tl.by_iteration(events).values()]
+    assert ratios == pytest.approx([9 / 17, 1.0, 1 / 3])
+    summary = tl.summary(events)
+    assert summary["exposed_comm_s"] == pytest.approx(0.003)
+    assert summary["comm_s"] == pytest.approx(0.009)
+    assert summary["exposed_fraction"] == pytest.approx(1 / 3)
+
+
+def test_overlapping_allreduces_counts_iterations_with_two_in_flight():
+    assert tl.overlapping_allreduces(ddp_iteration(0)) == 0  # 21-29 then 35-44 ms
+    both = [[1, "comm", "bucket 0 (1 B)", 0, 10 * MS], [1, "comm", "bucket 1 (1 B)", 5 * MS,
+                                                         12 * MS]]
+    assert tl.overlapping_allreduces(ddp_iteration(0) + both) == 1
+
+
 def test_the_overlap_model_by_hand():
     # t(S) = 1 ms + S / (1 GB/s); buckets handed over at 21 and 35 ms; last gradient at 34 ms.
     a, b = 1e-3, 1e-9
@@ -257,3 +283,15 @@ def test_a_measured_dp_timeline_runs_its_phases_in_series(measured, scenario):
             assert spans["parameters out"][1] <= spans["forward"][0]
             assert spans["backward"][1] <= spans["gradients in"][0]  # reduce after backward
             assert tl.iteration_summary(events)["exposed_fraction"] == 1.0
+
+
+def test_the_measured_table_share_is_exposed_over_comm(measured):
+    labels = {"DDP": "ddp-timeline", "DP": "dp-timeline", "DP chain": "dp-nccl-timeline"}
+    for row in tl.overlap_table(measured, labels):
+        assert row["exposed_fraction"] == pytest.approx(row["exposed_comm_ms"] / row["comm_ms"])
+        if "model_comm_ms" in row:
+            assert row["model_exposed_fraction"] == pytest.approx(
+                row["model_exposed_comm_ms"] / row["model_comm_ms"])
+    for row in measured["scenarios"]["ddp-timeline"]:
+        iterations = len(tl.by_iteration(row["timeline"]))
+        assert 0 <= tl.overlapping_allreduces(row["timeline"]) <= iterations

@@ -12,9 +12,21 @@ is taken to end at the last gradient ready; what follows is the exposed tail.
 
 The overlap model predicts that tail from when each bucket was handed to the all-reduce, r_k,
 and an α-β cost per all-reduce of S_k bytes, t(S) = a + b·S (fitted on this machine from lone
-all-reduces, ``fit_alpha_beta``): all-reduces run one after another (one gloo thread per
-process group), so bucket k completes at c_k = max(r_k, c_{k-1}) + t(S_k), and the exposed tail
-is c_K - (last gradient ready).
+all-reduces, ``fit_alpha_beta``). It assumes the all-reduces run one after another, each at its
+lone speed: bucket k completes at c_k = max(r_k, c_{k-1}) + t(S_k), and the exposed tail is
+c_K - (last gradient ready). DDP hands the buckets over in index order (``reducer.cpp:
+mark_bucket_ready``: "Buckets are reduced in sequence"), and on NCCL a group's collectives
+queue on its one stream per device (``ProcessGroupNCCL.cpp: collective``, ``ncclStreams_``),
+so they run in series there. Gloo does not promise it: a process group has
+``ProcessGroupGloo::Options`` ``threads`` workers, 2 by default (read by
+``powersgd_gloo.default_gloo_threads``), so two buckets' all-reduces can be in flight at once,
+sharing the link and the cores; ``overlapping_allreduces`` counts the iterations where a
+measured timeline shows that. Serial
+completion is then the model, not a fact of the backend.
+
+Shares: ``summary`` and ``predicted_ddp`` give the median of each time over the iterations,
+and ``exposed_fraction`` = median exposed ÷ median communication, the ratio of the two medians
+they print (not the median of per-iteration ratios, which need not equal it).
 """
 
 from __future__ import annotations
@@ -91,9 +103,26 @@ def iteration_summary(events) -> dict:
 
 
 def summary(events) -> dict:
-    """The median of ``iteration_summary`` over the measured iterations."""
+    """The median of each time in ``iteration_summary`` over the measured iterations;
+    ``exposed_fraction`` = median exposed ÷ median communication (module docstring)."""
     rows = [iteration_summary(evs) for evs in by_iteration(events).values()]
-    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+    medians = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+    return _with_share(medians)
+
+
+def _with_share(medians: dict) -> dict:
+    comm = medians["comm_s"]
+    return {**medians, "exposed_fraction": medians["exposed_comm_s"] / comm if comm else 0.0}
+
+
+def overlapping_allreduces(events) -> int:
+    """How many iterations have a bucket all-reduce that starts before the one before it ends:
+    two all-reduces in flight at once, which the serial overlap model does not assume."""
+    count = 0
+    for evs in by_iteration(events).values():
+        spans = bucket_events(evs)
+        count += any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
+    return count
 
 
 def bucket_events(events) -> list:
@@ -181,18 +210,17 @@ def predicted_exposed_s(ready_ns, sizes_bytes, a: float, b: float, last_ready_ns
 
 
 def predicted_ddp(events, a: float, b: float) -> dict:
-    """The overlap model for a DDP timeline, median over iterations, in seconds: the exposed
-    tail, the all-reduce time it assumes, sum of t(S_k), and their ratio."""
+    """The overlap model for a DDP timeline, in seconds, median over iterations: the exposed
+    tail, and the all-reduce time it assumes, sum of t(S_k); ``exposed_fraction`` is the ratio
+    of those two medians."""
     rows = []
     for evs in by_iteration(events).values():
         buckets = bucket_events(evs)
         ready = [start for lane, _, start, _ in evs if lane == "grad"]
         sizes = [size for _, _, size in buckets]
         exposed = predicted_exposed_s([s for s, _, _ in buckets], sizes, a, b, max(ready))
-        comm = sum(a + b * size for size in sizes)
-        rows.append({"exposed_comm_s": exposed, "comm_s": comm,
-                     "exposed_fraction": exposed / comm if comm else 0.0})
-    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+        rows.append({"exposed_comm_s": exposed, "comm_s": sum(a + b * size for size in sizes)})
+    return _with_share({key: statistics.median(row[key] for row in rows) for key in rows[0]})
 
 
 def chrome_trace(timelines: dict, iterations=None) -> dict:
@@ -256,7 +284,8 @@ def _model_columns(row: dict) -> dict:
 def overlap_table(report: dict, labels: dict) -> list[dict]:
     """One row per (scenario, rank): measured medians in ms, and for DDP the overlap model's.
 
-    Keys: step_ms, compute_ms, comm_ms, exposed_comm_ms, exposed_fraction; for DDP also
+    Keys: step_ms, compute_ms, comm_ms, exposed_comm_ms, exposed_fraction (= the median
+    exposed ÷ the median communication, so exposed_comm_ms / comm_ms); for DDP also
     model_exposed_comm_ms, model_comm_ms, model_exposed_fraction, link_alpha_ms (a in ms) and
     link_gb_per_s (1 / b in GB/s), from the lone all-reduces each DDP rank timed before training
     (``timed.calibrate_allreduce``), fitted as t = a + b·S (``fit_alpha_beta``). Where those
@@ -278,7 +307,9 @@ def overlap_table(report: dict, labels: dict) -> list[dict]:
 
 
 def render_overlap_table(rows: list[dict]) -> str:
-    """``overlap_table`` for people: ms per iteration, medians over the measured window.
+    """``overlap_table`` for people: ms per iteration, medians over the measured window. The
+    share is exposed ÷ comm of the two medians printed beside it; the model's, its exposed ÷
+    its communication (sum of t(S_k)).
 
     The model column shows "-" for rows without a model (DataParallel) and "fit failed" where
     the α-β fit failed; each failure's message follows the table.
