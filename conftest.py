@@ -23,6 +23,7 @@ SERIAL = (
     "tests/test_measure_scenarios.py",
     "tests/test_measure_traffic.py",
     "tests/test_measure_timeline.py",
+    "tests/test_measure_bucket_order.py",
     "tests/test_measure_strategies.py",
     "tests/test_powersgd_gloo.py",
     "tests/test_examples.py",
