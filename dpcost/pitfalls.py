@@ -17,6 +17,8 @@ ends:
   samples twice; all-reduced sums over unpadded shards give the true metric.
 - ``module_forward_in_training``: ``ddp.module(x)`` skips ``_pre_forward``, so the reducer never
   expects the backward's gradients, nothing is all-reduced and the ranks drift.
+- ``unequal_loss_elements``: ranks with different numbers of loss elements; the mean of per-rank
+  means is not the global mean, a sum over the global count (all-reduced) is.
 
 :func:`dp_checkpoint_into_plain_model` (one process, no ranks) loads a DataParallel checkpoint,
 whose keys start with ``module.``, into the bare model.
@@ -216,8 +218,31 @@ def module_forward_in_training(rank, world_size, steps=3):
     return sums
 
 
+def unequal_loss_elements(rank, world_size):
+    """Rank 0 holds 2 loss elements (tokens) of value x = 1 per feature, rank 1 holds 6 of
+    x = 3. The gradient per weight after DDP's average, with each rank's loss the mean over its
+    own elements, and with each rank's loss the sum over its elements times n / (global count,
+    all-reduced): that one is the gradient of the mean over all elements."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    count = 2 if rank == 0 else 6
+    x = torch.full((count, 3), 1.0 if rank == 0 else 3.0)
+    ddp = DDP(_linear())
+    ddp(x).mean().backward()
+    per_rank_mean = ddp.module.weight.grad[0, 0].item()
+    total = torch.tensor([float(count)])
+    dist.all_reduce(total)  # the global number of loss elements
+    ddp.zero_grad(set_to_none=True)
+    (ddp(x).sum() * world_size / total).backward()  # DDP divides by n: put it back
+    return {"count": count, "per_rank_mean": per_rank_mean,
+            "global_mean": ddp.module.weight.grad[0, 0].item(), "total": total.item()}
+
+
 DEMOS = {fn.__name__: fn for fn in (no_sync_placement, batchnorm_buffers, eval_on_rank0,
-                                    distributed_validation, module_forward_in_training)}
+                                    distributed_validation, module_forward_in_training,
+                                    unequal_loss_elements)}
 
 
 # ---------------------------------------------------------------------------------------------

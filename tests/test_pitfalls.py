@@ -75,6 +75,14 @@ def test_module_forward_in_training_lets_the_ranks_drift(runs):
     assert rank1["ddp.module(x)"] == -3 * 3 * 0.125 * 4.0
 
 
+def test_mean_of_per_rank_means_is_not_the_global_mean(runs):
+    # rank 0: 2 elements of 1, rank 1: 6 elements of 3 (per weight)
+    rank0, rank1 = runs["unequal_loss_elements"]
+    assert rank0["per_rank_mean"] == rank1["per_rank_mean"] == (1.0 + 3.0) / 2
+    assert rank0["global_mean"] == rank1["global_mean"] == (2 * 1.0 + 6 * 3.0) / 8
+    assert rank0["total"] == rank1["total"] == 8.0
+
+
 def test_dataparallel_checkpoint_loads_after_the_prefix_is_stripped():
     result = p.dp_checkpoint_into_plain_model()
     assert all(key.startswith("module.") for key in result["saved_keys"])
