@@ -2,9 +2,11 @@
 
 A migration from DataParallel to DDP is right when the DDP run ends with the parameters of the
 single-process run on the global batch, to float tolerance. Why they agree: DDP averages the
-gradients of the per-rank mean losses (each gradient is divided by the world size and summed
-by the all-reduce: ``DistributedDataParallel.join``'s ``divide_by_initial_world_size`` in
-torch/nn/parallel/distributed.py), and when every rank holds b = B/n samples,
+gradients of the per-rank mean losses (torch/csrc/distributed/c10d/reducer.cpp:
+``Reducer::mark_variable_ready_dense`` copies each gradient into its bucket times
+1/``div_factor_``, the world size, the bucket's all-reduce sums, and
+``finalize_bucket_dense`` copies the result back into ``.grad``), and when every rank holds
+b = B/n samples,
 
     (1/n) sum_r (1/b) sum_{i in rank r} grad l_i = (1/B) sum_{i in batch} grad l_i,
 
@@ -276,7 +278,8 @@ def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL) -> list[
     if len(set(result["rank_checksums"])) > 1:
         findings.append("the ranks ended with different parameters: their gradients were not "
                         "all-reduced at every optimizer step (was the last micro-batch's "
-                        "backward run outside no_sync()?)")
+                        "forward run outside no_sync()? The forward decides whether its "
+                        "backward all-reduces)")
     if result["checkpoint_writes"] > reference["checkpoint_writes"]:
         findings.append(f"the checkpoint was written {result['checkpoint_writes']} times, "
                         f"{reference['checkpoint_writes']} in one process: save on rank 0 only "

@@ -34,6 +34,7 @@ def test_diagnose_names_each_mistake():
     assert "1 seen twice" in m.diagnose(REF, padded)[0]
     apart = result([1.0, 2.0], [[[0, 2], [3, 1]], [[1, 3], [2, 0]]], checksums=[1.0, 1.5])
     assert "different parameters" in m.diagnose(REF, apart)[0]
+    assert "forward run outside no_sync()" in m.diagnose(REF, apart)[0]  # the forward decides
     writes = result([1.0, 2.0], [[[0, 2], [3, 1]], [[1, 3], [2, 0]]], writes=4)
     assert "written 4 times, 2 in one process" in m.diagnose(REF, writes)[0]
     off = result([1.0, 2.1], [[[0, 2], [3, 1]], [[1, 3], [2, 0]]], writes=2)
@@ -111,7 +112,7 @@ def test_uneven_dataset_is_padded_by_distributed_sampler(rows):
 
 
 def test_batchnorm_on_cpu_differs_per_rank_statistics(rows):
-    row = rows["batchnorm"]  # SyncBatchNorm needs CUDA: each rank normalises over its 8 samples
+    row = rows["batchnorm"]  # SyncBatchNorm raises on CPU: each rank normalises over its 8
     assert row["max_param_diff"] > 1e-3
     assert len(row["findings"]) == 1 and "BatchNorm" in row["findings"][0]
 

@@ -4,13 +4,15 @@ The rules (what PyTorch does, per rank r of n, one GPU each):
 
 - ``torch.cuda.set_device(r)`` makes cuda:r the current device. Without it the current device
   stays 0, and whatever the rank creates on "cuda" without an index - its CUDA context first,
-  NCCL's communicator, ``torch.cuda.synchronize()``, a tensor made with ``device="cuda"`` - lands
-  on GPU0. The model itself still goes to cuda:r when the script says ``.to(f"cuda:{r}")``
-  and ``device_ids=[r]``, so rank r holds one context on GPU r AND one on GPU0.
+  ``torch.cuda.synchronize()``, a tensor made with ``device="cuda"`` - lands on GPU0 (what NCCL
+  sets up may go there too; not modelled: it depends on the PyTorch and NCCL versions). The
+  model itself still goes to cuda:r when the script says ``.to(f"cuda:{r}")`` and
+  ``device_ids=[r]``, so rank r holds one context on GPU r AND one on GPU0.
 - ``torch.load`` without ``map_location`` puts every tensor back on the device it was saved
   from (``torch/serialization.py``: ``default_restore_location`` -> ``_deserialize``, which
-  moves the storage to ``validate_cuda_device(location)``): a checkpoint saved by rank 0 from
-  cuda:0 is read onto GPU0 by every rank, n copies at once, each opening a context there.
+  checks the location with ``_validate_device(location, "cuda")`` and moves the storage
+  there): a checkpoint saved by rank 0 from cuda:0 is read onto GPU0 by every rank, n copies
+  at once, each opening a context there.
 
 Sizes in bytes; the context size is an assumption you pass (it depends on the GPU, the driver
 and the CUDA libraries loaded; read yours with ``nvidia-smi``), not something measured here.
