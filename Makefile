@@ -59,7 +59,8 @@ test-serial: $(STAMP)
 # run holds all three to SSE4 and one thread, the second to AVX2 (an AVX2-only CPU, such as
 # older AMD EPYCs) and two threads. Other machines: portable kernels, then their own.
 PORTABLE_NOTEBOOKS := notebooks/06_measure_it.ipynb notebooks/07_time_and_overlap.ipynb \
-    notebooks/08_beyond_ddp.ipynb notebooks/09_moving_to_ddp.ipynb notebooks/ex3_migrate.ipynb \
+    notebooks/08_beyond_ddp.ipynb notebooks/09_moving_to_ddp.ipynb notebooks/09b_ddp_pitfalls.ipynb \
+    notebooks/ex3_migrate.ipynb \
     notebooks/instructor/ex3_migrate.ipynb
 X86 := $(filter x86_64 amd64,$(shell uname -m))
 PORTABLE_FIRST := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 \

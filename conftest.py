@@ -28,6 +28,7 @@ SERIAL = (
     "tests/test_powersgd_gloo.py",
     "tests/test_examples.py",
     "tests/test_migration.py",
+    "tests/test_pitfalls.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
     # notebooks that start process groups
@@ -35,6 +36,7 @@ SERIAL = (
     "notebooks/07_time_and_overlap.ipynb",
     "notebooks/08_beyond_ddp.ipynb",
     "notebooks/09_moving_to_ddp.ipynb",
+    "notebooks/09b_ddp_pitfalls.ipynb",
     "notebooks/ex3_migrate.ipynb",
     "notebooks/instructor/ex3_migrate.ipynb",
 )
