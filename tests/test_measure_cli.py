@@ -213,3 +213,14 @@ def test_the_timeline_is_written_as_chrome_trace_json(tmp_path):
                          for r in (0, 1)}
     buckets = [e for e in trace["traceEvents"] if e["name"].startswith("bucket")]
     assert buckets and all(e["ph"] == "X" and e["dur"] >= 0 for e in buckets)
+
+
+def test_a_trace_that_fails_to_write_keeps_the_report_and_says_so_in_one_line():
+    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
+                  "0.25", "--steps", "2", "--scenario", "timeline", "--json", "--trace",
+                  "/dev/full"])
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["scenarios"]["ddp-timeline"]  # the report is kept
+    assert result.stderr.strip().splitlines() == [
+        "python -m dpcost.measure: error: --trace: could not write /dev/full: No space left on "
+        "device"]

@@ -70,8 +70,8 @@ def _fault(text):
 
 def parse_args(argv=None):
     parser = OneLineErrorParser(prog=PROG,
-                                 description="Count the bytes DDP and the DataParallel pattern "
-                                             "move per rank, beside the five functions.")
+                                description="Count the bytes DDP and the DataParallel pattern "
+                                            "move per rank, beside the five functions.")
     parser.add_argument("--world-size", type=_whole("--world-size", 2, MAX_WORLD_SIZE),
                         default=4,
                         help="number of local ranks to spawn (default 4; torchrun sets its own)")
@@ -165,9 +165,9 @@ def _preflight(args, distributed) -> str | None:
 
 
 def _save(fig, path):
-    """``fig.savefig(path)``, but a failed write raises: matplotlib's PNG writer (through
-    Pillow) returns quietly when the disk is full (seen with ``/dev/full``), so render into
-    memory and write the bytes ourselves."""
+    """``fig.savefig(path)``, but a failed write raises: ``savefig("/dev/full")`` returned
+    without an error here (matplotlib 3.11.2, Pillow 13.0.0, PNG), the plot lost; so render
+    into memory and write the bytes ourselves."""
     import io
 
     import matplotlib
@@ -257,12 +257,17 @@ def _main(args) -> int:
                                                      len(results))
     report["skipped"].update(skipped)
     print_out(json.dumps(report) if args.json else render_table(report))
-    if args.trace:
+    if args.trace is not None:
         from dpcost.measure.timeline import write_chrome_trace
 
-        write_chrome_trace(args.trace, {name: [row["timeline"] for row in rows]
-                                        for name, rows in report["scenarios"].items()
-                                        if name in TIMELINE})
+        try:
+            write_chrome_trace(args.trace, {name: [row["timeline"] for row in rows]
+                                            for name, rows in report["scenarios"].items()
+                                            if name in TIMELINE})
+        except OSError as error:  # the report above is complete: keep it, say what failed
+            print(f"{PROG}: error: --trace: could not write {args.trace}: {error.strerror}",
+                  file=sys.stderr)
+            return 1
     if args.plot is not None:  # checked before the run; a disk can still fill up
         from dpcost.plots.measure import measured_vs_predicted
 
