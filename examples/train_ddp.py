@@ -77,6 +77,13 @@ def parse_args(argv=None):
                      f"which BatchNorm cannot train: use --drop-last or --no-batchnorm")
     if args.resume and not os.path.isfile(args.checkpoint):
         parser.error(f"--resume needs --checkpoint FILE that exists, got {args.checkpoint!r}")
+    if args.resume:
+        try:
+            done = torch.load(args.checkpoint, map_location="cpu", weights_only=True)["epoch"] + 1
+        except Exception as error:  # not a checkpoint of this script
+            parser.error(f"--resume: cannot read {args.checkpoint}: {error!r}".splitlines()[0])
+        if done >= args.epochs:
+            parser.error(f"--epochs ({args.epochs}): the checkpoint has {done} done already")
     for flag, path in (("--checkpoint", args.checkpoint), ("--result", args.result)):
         folder = os.path.dirname(os.path.abspath(path))
         if path and (os.path.isdir(path) or not os.access(folder, os.W_OK)):

@@ -107,6 +107,23 @@ def test_bad_flags_are_refused_in_one_line_naming_the_flag(name, flags, words, c
     assert err.count("\n") == 1 and words in err, err
 
 
+@pytest.mark.parametrize("name", ["train_dp", "train_ddp"])
+def test_resume_reads_the_checkpoint_before_training(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    script = m.load_script(name)
+    checkpoint, garbage = tmp_path / "ck.pt", tmp_path / "garbage.pt"
+    torch.save({"epoch": 1}, checkpoint)  # epochs 0 and 1 done
+    garbage.write_text("not a checkpoint\n")
+    for flags, words in [(["--epochs", "2"], "--epochs (2): the checkpoint has 2 done already"),
+                         (["--checkpoint", str(garbage)], f"--resume: cannot read {garbage}")]:
+        with pytest.raises(SystemExit):
+            script.parse_args(["--checkpoint", str(checkpoint), "--resume", *flags])
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+    assert script.parse_args(["--checkpoint", str(checkpoint), "--resume"]).epochs == 3
+
+
 @pytest.mark.parametrize("flags", [["--dataset-size", "1", "--no-batchnorm"],
                                    ["--dataset-size", "17", "--drop-last"],
                                    ["--seed", str(2**63 - 1), "--lr", "1e-3"]])
