@@ -20,14 +20,10 @@ from dpcost.core import (
     ddp_gpu0_memory_multiplier,
     dp_communication_volume,
     dp_gpu0_memory_multiplier,
+    parse_whole_number,
 )
+from dpcost.procs import OneLineErrorParser, print_out, run_cli
 from dpcost.units import format_bytes, parse_size
-
-
-class _OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default prints the usage too: keep one line
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
 
 MAX_GPUS = 10**9  # a bound for the text, so no digit string is too long for int()
 _VALUE_OPTIONS = ("--model-size", "--gpus")
@@ -42,22 +38,10 @@ def _size(text: str) -> float:
 
 
 def _gpus(text: str) -> int:
-    # ASCII digits only, as in --model-size: int() would also take "８", "١٢٣" and "8_0".
-    shown = repr(text) if len(text) <= 20 else repr(text[:20]) + "..."
-    if re.fullmatch(r"-[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"--gpus must be at least 1, got {shown}")
-    if not re.fullmatch(r"[0-9]+", text):
-        raise argparse.ArgumentTypeError(
-            f"--gpus must be a whole number in digits 0-9, got {shown}")
-    if len(text) > 20:  # too long to show, and far beyond MAX_GPUS (leading zeros aside)
-        raise argparse.ArgumentTypeError(
-            f"--gpus must be at most {MAX_GPUS:,}, got a number of {len(text)} digits")
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--gpus must be at least 1, got {value}")
-    if value > MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"--gpus must be at most {MAX_GPUS:,}, got {value}")
-    return value
+    try:  # ASCII digits only, as in --model-size and python -m dpcost.measure
+        return parse_whole_number(text, "--gpus", 1, MAX_GPUS)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _join_negative_values(argv: list[str]) -> list[str]:
@@ -113,7 +97,12 @@ def render_text(figures: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = _OneLineErrorParser(
+    """The command's exit status; stdout that cannot be written makes it 1 (one line)."""
+    return run_cli("python -m dpcost", _main, argv)
+
+
+def _main(argv) -> int:
+    parser = OneLineErrorParser(
         prog="python -m dpcost",
         description="Compare DataParallel and DistributedDataParallel for one model and GPU count.",
     )
@@ -130,7 +119,8 @@ def main(argv=None) -> int:
             f"{', '.join(too_large)} beyond a float's range (about 1.8e308) for --model-size "
             f"{args.model_size:g} bytes and --gpus {args.gpus}; give a smaller size or fewer GPUs"
         )
-    print(json.dumps(figures, indent=2, allow_nan=False) if args.json else render_text(figures))
+    print_out(json.dumps(figures, indent=2, allow_nan=False) if args.json
+              else render_text(figures))
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 import sys
 from fractions import Fraction
 
@@ -21,6 +22,8 @@ __all__ = [
     "check_num_gpus",
     "check_model_size_bytes",
     "check_real",
+    "parse_whole_number",
+    "parse_decimal",
 ]
 
 
@@ -108,6 +111,62 @@ def check_choice(value, name: str, choices):
         allowed = False
     if not allowed:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {_show(value)}")
+    return value
+
+
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_NOT_FINITE = ("inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan",
+               "-nan")
+
+
+def _shown_text(text: str) -> str:
+    return repr(text) if len(text) <= 20 else repr(text[:20]) + "..."
+
+
+def parse_whole_number(text: str, name: str, minimum: int, maximum: int) -> int:
+    """A command-line count such as ``--gpus 8``: ASCII digits 0-9 only, ``minimum`` to
+    ``maximum``. ValueError naming ``name`` otherwise.
+
+    ``int()`` alone would also take "８" (full-width), "١٢٣" (Arabic-Indic), "8_0" and " 8";
+    every CLI of the course refuses them through this one function, so they agree.
+    """
+    shown = _shown_text(text)
+    if re.fullmatch(r"-[0-9]+", text, re.ASCII):
+        raise ValueError(f"{name} must be at least {minimum}, got {shown}")
+    if not _DIGITS.fullmatch(text):
+        raise ValueError(f"{name} must be a whole number in digits 0-9, got {shown}")
+    if len(text.lstrip("0")) > len(str(maximum)):  # too long for int() to be worth it
+        raise ValueError(f"{name} must be at most {maximum:,}, got a number of {len(text)} "
+                         f"digits")
+    value = int(text.lstrip("0") or "0")  # int() refuses over 4,300 digits, zeros included
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,}, got {value}")
+    return value
+
+
+def parse_decimal(text: str, name: str, minimum: float, scale: float = 1.0,
+                  unit: str = "", minimum_why: str = "") -> float:
+    """A command-line number such as ``--model-mb 2.5`` or ``4e6``: ASCII digits, finite, at
+    least ``minimum``; finite also once multiplied by ``scale`` (MB to bytes: 1e6), so a value
+    whose byte count overflows a float is refused here, not deep in a model. ValueError
+    naming ``name`` otherwise."""
+    shown = _shown_text(text)
+    if text.strip().lower() in _NOT_FINITE:
+        raise ValueError(f"{name} must be a finite number, got {shown}")
+    if text.startswith("-") and _DECIMAL.fullmatch(text[1:]):
+        raise ValueError(f"{name} must be at least {minimum:g}{minimum_why}, got {shown}")
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(f"{name} must be a number in digits 0-9 (such as 2.5 or 4e6), "
+                         f"got {shown}")
+    value = float(text)
+    if not math.isfinite(value * scale):
+        beyond = f" ({unit} beyond a float's range)" if unit else ""
+        raise ValueError(f"{name} must be a finite number{beyond}, got {shown}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum:g}{minimum_why}, got {shown}")
     return value
 
 

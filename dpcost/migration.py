@@ -127,20 +127,25 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def _run(command: list[str], timeout_s: float) -> str:
-    """Run ``command`` in a new session; its stdout. Kill the whole group whatever happens."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
-        OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True, cwd=ROOT, env=env,
-                               preexec_fn=die_with_parent)
-    try:
-        output, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        raise MigrationRunError(f"timed out after {timeout_s:g} s: {' '.join(command)}") from None
-    finally:
-        _kill_group(process)  # children of children too (same session and group)
+    """Run ``command`` in a new session; its stdout. Kill the whole group whatever happens.
+    TMPDIR is a scratch folder removed afterwards: torchrun's torchelastic_* logs go with it."""
+    from dpcost.procs import scratch_tmpdir
+
+    with scratch_tmpdir("dpcost-migration-run-") as tmpdir:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
+            OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", TMPDIR=tmpdir)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, start_new_session=True, cwd=ROOT, env=env,
+                                   preexec_fn=die_with_parent)
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise MigrationRunError(f"timed out after {timeout_s:g} s: {' '.join(command)}"
+                                    ) from None
+        finally:
+            _kill_group(process)  # children of children too (same session and group)
     if process.returncode != 0:
         raise MigrationRunError(f"exit status {process.returncode}: {' '.join(command)}\n"
                                 + output[-3000:])

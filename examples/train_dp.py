@@ -11,6 +11,8 @@ Prints one JSON line: final loss, parameter checksum, samples seen per rank (one
 
 import argparse
 import json
+import math
+import os
 import sys
 
 import torch
@@ -19,8 +21,14 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, from one rank: torchrun gives every rank the same flags
+        rank_0 = os.environ.get("RANK", "0") == "0"
+        self.exit(2, f"{self.prog}: error: {message}\n" if rank_0 else None)
+
+
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--dataset-size", type=int, default=96, help="samples in the dataset")
     parser.add_argument("--global-batch", type=int, default=16,
@@ -35,12 +43,41 @@ def parse_args(argv=None):
     parser.add_argument("--resume", action="store_true", help="start from --checkpoint")
     parser.add_argument("--result", default="", help="also write parameters etc. to this JSON")
     args = parser.parse_args(argv)
+    # Refuse what cannot train before training: one line each, not a traceback an epoch in.
+    world_size = 1  # one process
     for name in ("epochs", "dataset_size", "global_batch", "accum"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.global_batch % args.accum:
-        parser.error(f"--global-batch ({args.global_batch}) must divide by --accum "
-                     f"({args.accum})")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        parser.error(f"--lr must be a finite number > 0, got {args.lr}")
+    if not 0 <= args.seed < 2**63:  # torch's generators take 64 bits; seed + epoch must fit
+        parser.error(f"--seed must be in 0 to 2**63 - 1, got {args.seed}")
+    if args.global_batch % (world_size * args.accum):  # each rank takes an equal share
+        parser.error(f"--global-batch ({args.global_batch}) must divide by world size x "
+                     f"--accum ({world_size} x {args.accum})")
+    micro = args.global_batch // (world_size * args.accum)
+    per_rank = (args.dataset_size if args.drop_last else args.dataset_size + world_size - 1
+                ) // world_size  # DistributedSampler pads to equal shares, or cuts
+    batches = [micro] * (per_rank // micro) + [per_rank % micro] * (not args.drop_last)
+    batches = [size for size in batches if size]
+    if not batches:
+        parser.error(f"--dataset-size ({args.dataset_size}) is less than one batch per rank")
+    if min(batches) == 1 and not args.no_batchnorm:
+        parser.error(f"--dataset-size ({args.dataset_size}) leaves a batch of 1 sample, on "
+                     f"which BatchNorm cannot train: use --drop-last or --no-batchnorm")
+    if args.resume and not os.path.isfile(args.checkpoint):
+        parser.error(f"--resume needs --checkpoint FILE that exists, got {args.checkpoint!r}")
+    if args.resume:
+        try:
+            done = torch.load(args.checkpoint, map_location="cpu", weights_only=True)["epoch"] + 1
+        except Exception as error:  # not a checkpoint of this script
+            parser.error(f"--resume: cannot read {args.checkpoint}: {error!r}".splitlines()[0])
+        if done >= args.epochs:
+            parser.error(f"--epochs ({args.epochs}): the checkpoint has {done} done already")
+    for flag, path in (("--checkpoint", args.checkpoint), ("--result", args.result)):
+        folder = os.path.dirname(os.path.abspath(path))
+        if path and (os.path.isdir(path) or not os.access(folder, os.W_OK)):
+            parser.error(f"{flag}: cannot write a file at {path}")
     return args
 
 
@@ -134,13 +171,25 @@ SUMMARY = ("script", "world_size", "final_loss", "param_checksum", "samples_per_
            "checkpoint_writes", "checkpoint_ok")
 
 
+def report(args, result):
+    """Print the JSON line, then write --result: a failed write loses nothing printed."""
+    if not math.isfinite(result["final_loss"]):  # NaN is not JSON, and not a result
+        sys.exit(f"{sys.argv[0]}: error: the loss diverged to {result['final_loss']}; "
+                 f"try a smaller --lr")
+    print(json.dumps({k: result[k] for k in SUMMARY}), flush=True)
+    if args.result:
+        try:
+            with open(args.result, "w") as f:
+                json.dump(result, f)
+        except OSError as error:
+            sys.exit(f"{sys.argv[0]}: error: --result: could not write {args.result}: "
+                     f"{error.strerror}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     result = train(args)
-    if args.result:
-        with open(args.result, "w") as f:
-            json.dump(result, f)
-    print(json.dumps({k: result[k] for k in SUMMARY}))
+    report(args, result)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """examples/: the two scripts as a user runs them (python, torchrun at n = 3 over gloo) agree,
-the DDP checkpoint resumes in the one-process script, and bad flags are refused by name."""
+the DDP checkpoint resumes in the one-process script, bad flags are refused by name in one line
+before training, a diverged loss fails, and the JSON line is printed before --result is written."""
 
 import json
+import os
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -9,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from dpcost import migration as m
+from dpcost.procs import scratch_tmpdir
 
 FLAGS = ["--no-batchnorm", "--epochs", "2", "--global-batch", "12", "--dataset-size", "96"]
 
@@ -67,12 +72,123 @@ def test_the_ddp_checkpoint_resumes_in_the_one_process_script(scripts):
     assert runs["resumed"]["samples_per_rank"] == [96]  # only the third epoch ran
 
 
-@pytest.mark.parametrize("flags, words", [
+BAD_FLAGS = [
     (["--epochs", "0"], "--epochs must be >= 1"),
-    (["--global-batch", "10", "--accum", "3"], "--global-batch (10) must divide by --accum"),
-])
-def test_bad_flags_name_the_flag(flags, words, capsys):
-    script = m.load_script("train_dp")
-    with pytest.raises(SystemExit):
+    (["--global-batch", "10", "--accum", "3"],
+     "--global-batch (10) must divide by world size x --accum (1 x 3)"),
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    (["--lr", "-1"], "--lr must be a finite number > 0, got -1.0"),
+    (["--lr", "0"], "--lr must be a finite number > 0"),
+    (["--seed", str(2**63)], "--seed must be in 0 to 2**63 - 1"),
+    (["--seed", "-1"], "--seed must be in 0 to 2**63 - 1"),
+    (["--dataset-size", "1"], "--dataset-size (1) leaves a batch of 1 sample"),
+    (["--dataset-size", "17"], "--dataset-size (17) leaves a batch of 1 sample"),
+    (["--dataset-size", "4", "--drop-last"], "--dataset-size (4) is less than one batch"),
+    (["--resume"], "--resume needs --checkpoint FILE that exists, got ''"),
+    (["--resume", "--checkpoint", "/nonexistent/x.pt"], "--resume needs --checkpoint FILE"),
+    (["--checkpoint", "/nonexistent/x.pt"], "--checkpoint: cannot write a file at /nonexistent"),
+    (["--result", "/nonexistent/x.json"], "--result: cannot write a file at /nonexistent"),
+    (["--result", "/"], "--result: cannot write a file at /"),
+]
+
+
+@pytest.mark.parametrize("name", ["train_dp", "train_ddp"])
+@pytest.mark.parametrize("flags, words", BAD_FLAGS)
+def test_bad_flags_are_refused_in_one_line_naming_the_flag(name, flags, words, capsys,
+                                                           monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    script = m.load_script(name)
+    with pytest.raises(SystemExit) as exiting:
         script.parse_args(flags)
-    assert words in capsys.readouterr().err
+    assert exiting.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.parametrize("name", ["train_dp", "train_ddp"])
+def test_resume_reads_the_checkpoint_before_training(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    script = m.load_script(name)
+    checkpoint, garbage = tmp_path / "ck.pt", tmp_path / "garbage.pt"
+    torch.save({"epoch": 1}, checkpoint)  # epochs 0 and 1 done
+    garbage.write_text("not a checkpoint\n")
+    for flags, words in [(["--epochs", "2"], "--epochs (2): the checkpoint has 2 done already"),
+                         (["--checkpoint", str(garbage)], f"--resume: cannot read {garbage}")]:
+        with pytest.raises(SystemExit):
+            script.parse_args(["--checkpoint", str(checkpoint), "--resume", *flags])
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+    assert script.parse_args(["--checkpoint", str(checkpoint), "--resume"]).epochs == 3
+
+
+@pytest.mark.parametrize("flags", [["--dataset-size", "1", "--no-batchnorm"],
+                                   ["--dataset-size", "17", "--drop-last"],
+                                   ["--seed", str(2**63 - 1), "--lr", "1e-3"]])
+def test_the_same_flags_pass_where_they_can_train(flags, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    m.load_script("train_dp").parse_args(flags)
+
+
+def test_ddp_checks_the_global_batch_against_torchruns_world_size(monkeypatch, capsys):
+    script = m.load_script("train_ddp")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")  # the other ranks say nothing: one line in all
+    with pytest.raises(SystemExit):
+        script.parse_args(["--global-batch", "15"])
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit):
+        script.parse_args(["--global-batch", "15"])
+    assert "--global-batch (15) must divide by world size x --accum (2 x 1)" in \
+        capsys.readouterr().err
+    # 97 samples: 2 ranks of 49 (DistributedSampler pads), in batches of 8, the last of 1
+    with pytest.raises(SystemExit):
+        script.parse_args(["--dataset-size", "97"])
+    assert "leaves a batch of 1 sample" in capsys.readouterr().err
+    script.parse_args(["--dataset-size", "100"])
+
+
+def test_a_bad_flag_under_torchrun_gives_one_line_and_no_rank_traceback():
+    with scratch_tmpdir() as tmp:
+        result = subprocess.run(
+            m.torchrun_command(2, [str(m.EXAMPLES / "train_ddp.py"), "--global-batch", "15"]),
+            capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": tmp})
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() if "train_ddp.py" in line]
+    # the script's one line, then torchrun's own report (it names the script as FAILED)
+    assert ours[0] == ("train_ddp.py: error: --global-batch (15) must divide by world size x "
+                       "--accum (2 x 1)"), result.stderr
+    assert sum("error:" in line and "train_ddp" in line for line in ours) == 1
+    assert "usage:" not in result.stderr and 'File "' + str(m.EXAMPLES) not in result.stderr
+
+
+def _train_dp(*flags):
+    return subprocess.run([sys.executable, str(m.EXAMPLES / "train_dp.py"), "--epochs", "1",
+                           *flags], capture_output=True, text=True, timeout=120)
+
+
+def test_a_diverged_loss_exits_non_zero_in_one_line_without_json():
+    result = _train_dp("--lr", "1e10")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"{m.EXAMPLES / 'train_dp.py'}: error: the loss diverged to nan; try a smaller --lr"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_the_json_line_is_printed_before_a_result_file_that_cannot_be_written():
+    result = _train_dp("--result", "/dev/full")  # passes the check, then the disk is full
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["samples_per_rank"] == [96]  # the result is kept
+    assert result.stderr.strip().splitlines() == [
+        f"{m.EXAMPLES / 'train_dp.py'}: error: --result: could not write /dev/full: "
+        "No space left on device"]
+
+
+def test_run_removes_torchruns_log_folders_with_its_tmpdir():
+    code = "import tempfile; d = tempfile.mkdtemp(prefix='torchelastic_'); print(d)"
+    made = m._run([sys.executable, "-c", code], timeout_s=60).strip()
+    assert os.path.basename(os.path.dirname(made)).startswith("dpcost-migration-run-")
+    assert not os.path.exists(os.path.dirname(made))  # the TMPDIR went, and all in it

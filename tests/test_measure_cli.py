@@ -36,6 +36,18 @@ def run(args, env=None, timeout=240):
     (["--inject-fault", "١:raise"], "--inject-fault"),
     (["--trace", "t.json"], "--trace needs --scenario timeline"),
     (["--scenario", "timeline", "--trace", "/no/such/folder/t.json"], "--trace"),
+    (["--model-mb", "1.7e308"], "--model-mb must be a finite number (bytes beyond"),
+    (["--model-mb", "3e301"], "--model-mb: a model of 3e+307 B needs more than"),
+    (["--world-size", "100000"], "--world-size: 100000 local ranks need at least"),
+    (["--world-size", "100001"], "--world-size must be at most 100,000"),
+    (["--world-size", "١٢"], "--world-size must be a whole number in digits 0-9"),
+    (["--world-size", "８"], "--world-size must be a whole number in digits 0-9"),
+    (["--steps", "٣"], "--steps must be a whole number in digits 0-9"),
+    (["--model-mb", "４"], "--model-mb must be a number in digits 0-9"),
+    (["--model-mb", "٢.٥"], "--model-mb must be a number in digits 0-9"),
+    (["--timeout", "inf"], "--timeout must be a finite number"),
+    (["--plot", ""], "--plot needs a file name"),
+    (["--scenario", "timeline", "--trace", ""], "--trace needs a file name"),
 ])
 def test_bad_arguments_give_one_line_and_status_2(args, word):
     result = run([sys.executable, "-m", "dpcost.measure", *args])
@@ -49,6 +61,60 @@ def test_the_cuda_scenario_is_skipped_with_a_message_without_two_gpus():
     result = run([sys.executable, "-m", "dpcost.measure", "--scenario", "dataparallel-cuda"])
     assert result.returncode == 0
     assert "dataparallel-cuda skipped: needs 2 or more CUDA GPUs" in result.stdout
+
+
+def test_json_is_json_also_when_everything_is_skipped():
+    result = run([sys.executable, "-m", "dpcost.measure", "--scenario", "dataparallel-cuda",
+                  "--json"])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["scenarios"] == {} and "dataparallel-cuda" in report["skipped"]
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine may have CUDA GPUs")
+def test_nccl_without_cuda_is_refused_before_any_rank_starts():
+    started = time.monotonic()
+    result = run([sys.executable, "-m", "dpcost.measure", "--backend", "nccl"])
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == ("python -m dpcost.measure: error: --backend nccl needs CUDA GPUs; "
+                             "found 0\n")
+    assert time.monotonic() - started < 30  # no rank started (they failed 3.5 s in, before)
+
+
+def _closed_stdout():
+    os.close(1)
+
+
+@pytest.mark.parametrize("command", [
+    ["dpcost.measure", "--scenario", "dataparallel-cuda", "--json"],
+    ["dpcost.measure", "--help"],
+    ["dpcost", "--model-size", "1GB", "--gpus", "8", "--json"],
+    ["dpcost", "--help"],
+])
+@pytest.mark.parametrize("fault", ["/dev/full", "closed"])
+def test_output_that_cannot_be_written_exits_1_with_one_line(command, fault):
+    if fault == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open(os.devnull if fault == "closed" else fault, "w") as stdout:
+        result = subprocess.run([sys.executable, "-m", *command], stdout=stdout,
+                                stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT,
+                                preexec_fn=_closed_stdout if fault == "closed" else None)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    words = "stdout is closed" if fault == "closed" else "could not write to stdout: No space"
+    assert words in lines[0]
+
+
+def test_a_plot_that_fails_to_save_keeps_the_report_and_says_so_in_one_line():
+    # /dev/full passes the check made before the run (a writable file), then fails to save.
+    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
+                  "0.25", "--steps", "2", "--scenario", "ddp", "--json", "--plot", "/dev/full"])
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["scenarios"]["ddp"]  # the measured report is kept
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "python -m dpcost.measure: error: --plot: could not save /dev/full:"), result.stderr
 
 
 def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
@@ -147,3 +213,14 @@ def test_the_timeline_is_written_as_chrome_trace_json(tmp_path):
                          for r in (0, 1)}
     buckets = [e for e in trace["traceEvents"] if e["name"].startswith("bucket")]
     assert buckets and all(e["ph"] == "X" and e["dur"] >= 0 for e in buckets)
+
+
+def test_a_trace_that_fails_to_write_keeps_the_report_and_says_so_in_one_line():
+    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
+                  "0.25", "--steps", "2", "--scenario", "timeline", "--json", "--trace",
+                  "/dev/full"])
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["scenarios"]["ddp-timeline"]  # the report is kept
+    assert result.stderr.strip().splitlines() == [
+        "python -m dpcost.measure: error: --trace: could not write /dev/full: No space left on "
+        "device"]

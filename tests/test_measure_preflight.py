@@ -2,7 +2,9 @@
 
 import os
 import stat
+import threading
 
+import psutil
 import pytest
 
 from dpcost.measure import measure_traffic, preflight
@@ -15,13 +17,37 @@ def test_the_estimate_is_the_largest_scenario_in_bytes():
     assert preflight.estimated_memory_bytes(p, 3, ["dp", "ddp-counted", "ddp#2"]) == 9 * p
 
 
+def _peak_private_memory(stop, peaks):
+    """Sample the USS (memory only that process holds) of every process under this one."""
+    while not stop.is_set():
+        for child in psutil.Process().children(recursive=True):
+            try:
+                peaks[child.pid] = max(peaks.get(child.pid, 0), child.memory_full_info().uss)
+            except psutil.Error:
+                pass
+        stop.wait(0.1)
+
+
 def test_the_estimate_is_a_lower_bound_of_what_a_real_run_holds():
-    # Peak RSS growth per rank, measured, must be at least the tensors the estimate counts.
-    report = measure_traffic(world_size=2, model_bytes=4e6, steps=2, scenarios=("ddp", "dp"))
+    # Peak RSS growth per rank, measured, must be at least the tensors the estimate counts; the
+    # ranks' own baseline and the warm process at least what RANK_BASELINE_BYTES and
+    # LAUNCHER_BYTES say (measured beside the run: psutil's USS, sampled every 0.1 s).
+    stop, peaks = threading.Event(), {}
+    sampler = threading.Thread(target=_peak_private_memory, args=(stop, peaks))
+    sampler.start()
+    try:
+        report = measure_traffic(world_size=2, model_bytes=4e6, steps=2,
+                                 scenarios=("ddp", "dp"))
+    finally:
+        stop.set()
+        sampler.join()
     p = report["param_bytes"]
     for scenario in ("ddp", "dp"):
         measured = sum(row["peak_memory_bytes"] for row in report["scenarios"][scenario])
         assert measured >= preflight.estimated_memory_bytes(p, 2, [scenario]), scenario
+    largest = sorted(peaks.values(), reverse=True)
+    assert largest[0] >= preflight.LAUNCHER_BYTES["forked"], largest[:4]  # the warm process
+    assert largest[2] >= preflight.RANK_BASELINE_BYTES["forked"], largest[:4]  # both ranks
 
 
 def test_memory_available_is_read_from_proc_meminfo(tmp_path):
@@ -34,13 +60,45 @@ def test_memory_available_is_read_from_proc_meminfo(tmp_path):
 
 
 def test_a_run_that_cannot_fit_names_the_estimate_and_what_is_available():
-    with pytest.raises(ValueError, match=r"needs at least 6 GB of memory on 2 local ranks "
-                                         r"\(ddp\), but this machine has 1 GB available"):
+    # 6 GB of tensors + the warm process (200 MB) + 2 ranks of 18 MB
+    with pytest.raises(ValueError, match=r"^--model-mb: .* needs at least 6.236 GB of memory on "
+                                         r"2 local ranks \(ddp\), but this machine has 1 GB "
+                                         r"available"):
         preflight.check_memory(1e9, 2, ["ddp"], available=1e9)
     preflight.check_memory(1e6, 2, ["ddp"], available=1e9)  # fits: no error
 
 
-@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_too_many_ranks_are_blamed_on_world_size_with_what_fits():
+    # 1 GB: the warm process (200 MB) leaves room for 44 forked ranks of 18 MB, or 4 under
+    # torchrun at 220 MB each (its agent runs already)
+    with pytest.raises(ValueError, match=r"^--world-size: 45 local ranks .* at most 44 ranks"):
+        preflight.check_memory(1e6, 45, ["ddp"], available=1e9)
+    preflight.check_memory(250_000, 40, ["ddp"], available=1e9)
+    with pytest.raises(ValueError, match=r"^--world-size: 5 local ranks .* at most 4 ranks"):
+        preflight.check_memory(1e6, 5, ["ddp"], available=1e9, forked=False)
+
+
+def test_an_estimate_beyond_a_float_is_refused_not_raised():
+    with pytest.raises(ValueError, match=r"^--model-mb: .* needs more than 1.8e\+308 B"):
+        preflight.check_memory(4 * 16 * (10**153) ** 2, 4, ["ddp"], available=1e9)
+
+
+def test_nccl_needs_a_gpu_per_rank():
+    with pytest.raises(ValueError, match=r"^--backend nccl needs CUDA GPUs; found 0$"):
+        preflight.check_gpus(0, 2)
+    with pytest.raises(ValueError, match=r"^--backend nccl needs one CUDA GPU per local rank"):
+        preflight.check_gpus(2, 4)
+    preflight.check_gpus(4, 4)
+
+
+def test_an_empty_path_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"^--plot needs a file name"):
+        preflight.check_plot_path("")
+    with pytest.raises(ValueError, match=r"^--trace needs a file name"):
+        preflight.check_writable("", "--trace")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1.7e308])
 def test_model_mb_must_be_finite(value):
     with pytest.raises(ValueError, match="--model-mb must be a finite number"):
         preflight.check_model_mb(value)

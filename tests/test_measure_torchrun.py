@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dpcost.procs import free_port
+from dpcost.procs import free_port, scratch_tmpdir
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -34,10 +34,14 @@ def json_lines(text):
 
 
 def test_one_node_two_ranks_report_and_every_gloo_thread_gone_after_destroy(tmp_path):
-    result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2",
-                             str(ROOT / "tests" / "torchrun_probe.py"), *ARGS],
-                            capture_output=True, text=True, timeout=240, cwd=ROOT,
-                            env={**os.environ, "DPCOST_PROBE_DIR": str(tmp_path)})
+    with scratch_tmpdir() as scratch:  # torchrun's torchelastic_* log folder goes in here
+        result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2",
+                                 str(ROOT / "tests" / "torchrun_probe.py"), *ARGS],
+                                capture_output=True, text=True, timeout=240, cwd=ROOT,
+                                env={**os.environ, "DPCOST_PROBE_DIR": str(tmp_path),
+                                     "TMPDIR": scratch})
+        assert "torchelastic_" in [p.name[:13] for p in Path(scratch).iterdir()]
+    assert not Path(scratch).exists()  # and went with it
     assert result.returncode == 0, result.stderr[-3000:]
     reports = json_lines(result.stdout)
     probes = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
@@ -51,13 +55,23 @@ def test_one_node_two_ranks_report_and_every_gloo_thread_gone_after_destroy(tmp_
 
 
 def test_two_nodes_one_rank_each_gather_one_report_and_both_agents_exit_0():
+    with scratch_tmpdir() as scratch:  # the agents' torchelastic_* log folders go in here
+        outputs, agents = _two_agents(scratch)
+    for agent, (_, err) in zip(agents, outputs, strict=True):
+        assert agent.returncode == 0, err[-3000:]
+    reports = [line for out, _ in outputs for line in json_lines(out)]
+    assert len(reports) == 1  # the rank that rendezvous made rank 0 prints, the other does not
+    check_report(reports[0])
+
+
+def _two_agents(scratch):
     port = free_port()
     agents = [subprocess.Popen(
         [str(TORCHRUN), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
          "--rdzv-id", f"dpcost-test-{port}", "-m", "dpcost.measure", *ARGS],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"}) for node in (0, 1)]
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": scratch}) for node in (0, 1)]
     outputs = []
     try:
         for agent in agents:
@@ -67,8 +81,4 @@ def test_two_nodes_one_rank_each_gather_one_report_and_both_agents_exit_0():
             if agent.poll() is None:
                 agent.kill()
                 agent.wait()
-    for agent, (_, err) in zip(agents, outputs, strict=True):
-        assert agent.returncode == 0, err[-3000:]
-    reports = [line for out, _ in outputs for line in json_lines(out)]
-    assert len(reports) == 1  # the rank that rendezvous made rank 0 prints, the other does not
-    check_report(reports[0])
+    return outputs, agents

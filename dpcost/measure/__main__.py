@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
-import math
 import os
 import signal
 import sys
 
+from dpcost.core import parse_decimal, parse_whole_number
 from dpcost.measure import (
     COUNTERS,
     MIN_MODEL_BYTES,
@@ -30,6 +30,7 @@ from dpcost.measure.launch import Interrupted, Terminated
 from dpcost.measure.strategy_scenarios import NAMES as STRATEGY_SCENARIOS
 from dpcost.measure.strategy_scenarios import unavailable
 from dpcost.measure.worker import FAULTS, PATTERNS, TIMED
+from dpcost.procs import OneLineErrorParser, print_out, run_cli
 
 PROG = "python -m dpcost.measure"
 
@@ -37,22 +38,25 @@ CHOICES = (*PATTERNS, "dataparallel-cuda", "timeline", "all", "strategies") + ST
 TIMELINE = list(TIMED)  # lesson 07's timed scenarios
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default prints the usage too: keep one line
-        self.exit(2, f"{self.prog}: error: {message}\n")
+MAX_WORLD_SIZE = 100_000  # bounds the digits; preflight bounds the ranks by this machine
+MAX_STEPS = 10**9
 
 
-def _at_least(minimum, kind=int, what=""):
+def _whole(name, minimum, maximum):
+    def parse(text):
+        try:  # the same digits as python -m dpcost: ASCII 0-9 only
+            return parse_whole_number(text, name, minimum, maximum)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
+
+
+def _decimal(name, minimum, **bytes_and_why):
     def parse(text):
         try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if kind is float and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-        if not value >= minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}{what}, got {text}")
-        return value
+            return parse_decimal(text, name, minimum, **bytes_and_why)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
     return parse
 
 
@@ -65,15 +69,17 @@ def _fault(text):
 
 
 def parse_args(argv=None):
-    parser = _OneLineErrorParser(prog=PROG,
-                                 description="Count the bytes DDP and the DataParallel pattern "
-                                             "move per rank, beside the five functions.")
-    parser.add_argument("--world-size", type=_at_least(2), default=4,
+    parser = OneLineErrorParser(prog=PROG,
+                                description="Count the bytes DDP and the DataParallel pattern "
+                                            "move per rank, beside the five functions.")
+    parser.add_argument("--world-size", type=_whole("--world-size", 2, MAX_WORLD_SIZE),
+                        default=4,
                         help="number of local ranks to spawn (default 4; torchrun sets its own)")
-    parser.add_argument("--model-mb", type=_at_least(MIN_MODEL_BYTES / 1e6, float,
-                                                     " (a smaller model is too small to matter)"),
+    parser.add_argument("--model-mb", type=_decimal(
+                            "--model-mb", MIN_MODEL_BYTES / 1e6, scale=1e6, unit="bytes",
+                            minimum_why=" (a smaller model is too small to matter)"),
                         default=4.0, help="model size in MB, 10^6 bytes (default 4)")
-    parser.add_argument("--steps", type=_at_least(1), default=10,
+    parser.add_argument("--steps", type=_whole("--steps", 1, MAX_STEPS), default=10,
                         help="measured iterations after 2 warm-up ones (default 10)")
     parser.add_argument("--scenario", choices=CHOICES, default="all",
                         help="what to measure (default all: ddp, dp (DataParallel's copy "
@@ -84,10 +90,11 @@ def parse_args(argv=None):
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--counter", choices=COUNTERS, default="auto",
                         help="auto: TCP_INFO on gloo, torch.profiler's collective records on nccl")
-    parser.add_argument("--timeout", type=_at_least(1.0, float), default=60.0,
+    parser.add_argument("--timeout", type=_decimal("--timeout", 1.0), default=60.0,
                         help="seconds all ranks may stand still while they train before the "
                              "run is ended as hung (default 60; set-up has --setup-timeout)")
-    parser.add_argument("--setup-timeout", type=_at_least(1.0, float), default=180.0,
+    parser.add_argument("--setup-timeout", type=_decimal("--setup-timeout", 1.0),
+                        default=180.0,
                         help="seconds for start-up (import torch, join the process group) and "
                              "for building each scenario's model (default 180)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -141,12 +148,14 @@ def _preflight(args, distributed) -> str | None:
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size)) if _under_torchrun() \
         else args.world_size
     try:
+        if args.backend == "nccl":
+            preflight.check_gpus(_gpu_count(), ranks)
         if distributed:
             preflight.check_memory(param_bytes_of(*model_shape(args.model_mb * 1e6)), ranks,
-                                   distributed)
-        if args.plot:
+                                   distributed, forked=not _under_torchrun())
+        if args.plot is not None:
             preflight.check_plot_path(args.plot)
-        if args.trace:
+        if args.trace is not None:
             if args.scenario != "timeline":
                 raise ValueError("--trace needs --scenario timeline (the timed scenarios)")
             preflight.check_writable(args.trace, "--trace")
@@ -155,11 +164,31 @@ def _preflight(args, distributed) -> str | None:
     return None
 
 
+def _save(fig, path):
+    """``fig.savefig(path)``, but a failed write raises: ``savefig("/dev/full")`` returned
+    without an error here (matplotlib 3.11.2, Pillow 13.0.0, PNG), the plot lost; so render
+    into memory and write the bytes ourselves."""
+    import io
+
+    import matplotlib
+
+    extension = os.path.splitext(path)[1][1:].lower()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=extension or matplotlib.rcParams["savefig.format"])
+    with open(path, "wb") as file:
+        file.write(buffer.getvalue())
+
+
 def _raise_terminated(signum, frame):
     raise Terminated(signum)
 
 
 def main(argv=None) -> int:
+    """The command's exit status; stdout that cannot be written makes it 1 (one line)."""
+    return run_cli(PROG, _parse_and_run, argv)
+
+
+def _parse_and_run(argv) -> int:
     args = parse_args(argv)
     try:
         return _main(args)
@@ -209,8 +238,9 @@ def _main(args) -> int:
                                      setup_timeout_s=args.setup_timeout,
                                      fault=args.inject_fault, backend=args.backend,
                                      counter=args.counter)
-        else:
-            print("\n".join(f"{name} skipped: {why}" for name, why in skipped.items()))
+        else:  # nothing left to run: say why, in the form asked for
+            print_out(json.dumps({"scenarios": {}, "totals": {}, "skipped": skipped}) if args.json
+                  else "\n".join(f"{name} skipped: {why}" for name, why in skipped.items()))
             return 0
     except Interrupted:
         raise
@@ -226,18 +256,28 @@ def _main(args) -> int:
             report["totals"][name] = scenario_totals(name, rows, report["param_bytes"],
                                                      len(results))
     report["skipped"].update(skipped)
-    print(json.dumps(report) if args.json else render_table(report))
-    if args.trace:
+    print_out(json.dumps(report) if args.json else render_table(report))
+    if args.trace is not None:
         from dpcost.measure.timeline import write_chrome_trace
 
-        write_chrome_trace(args.trace, {name: [row["timeline"] for row in rows]
-                                        for name, rows in report["scenarios"].items()
-                                        if name in TIMELINE})
-    if args.plot:
+        try:
+            write_chrome_trace(args.trace, {name: [row["timeline"] for row in rows]
+                                            for name, rows in report["scenarios"].items()
+                                            if name in TIMELINE})
+        except OSError as error:  # the report above is complete: keep it, say what failed
+            print(f"{PROG}: error: --trace: could not write {args.trace}: {error.strerror}",
+                  file=sys.stderr)
+            return 1
+    if args.plot is not None:  # checked before the run; a disk can still fill up
         from dpcost.plots.measure import measured_vs_predicted
 
         fig, _ = measured_vs_predicted(report)
-        fig.savefig(args.plot)
+        try:
+            _save(fig, args.plot)
+        except Exception as error:  # the report above is complete: keep it, say what failed
+            print(f"{PROG}: error: --plot: could not save {args.plot}: "
+                  f"{type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
+            return 1
     return 0
 
 

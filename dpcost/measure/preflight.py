@@ -1,7 +1,10 @@
 """Checks made before any rank starts: a run that cannot succeed is refused in one line.
 
 - the model size is a finite number (``--model-mb inf`` would fail deep inside the ranks);
-- the ranks' tensors fit in the memory this machine has free (``/proc/meminfo``: MemAvailable);
+- the ranks and their tensors fit in the memory this machine has free (``/proc/meminfo``:
+  MemAvailable), a rank's own baseline (``RANK_BASELINE_BYTES``) included, so a huge
+  ``--world-size`` is refused by name;
+- ``--backend nccl`` has a CUDA GPU for every local rank;
 - the ``--plot`` file can be written (found out only after the whole run otherwise).
 
 Memory a run needs at least, in bytes, for P parameter bytes on n ranks of this machine:
@@ -11,9 +14,10 @@ Memory a run needs at least, in bytes, for P parameter bytes on n ranks of this 
 - ``dp``: rank 0 holds parameters, gradients and one landing buffer per other rank, (n + 1)P;
   every other rank 2P: (3n - 1)P in all.
 
-The scenarios run one after the other, so the run needs the largest of them. This counts only
-the tensors that must exist; torch itself (imported once by the helper, shared by the forked
-ranks), activations and allocator slack come on top (a measured DDP rank at 4 MB grew by about
+The scenarios run one after the other, so the run needs the largest of them. On top of the
+tensors come the ranks themselves (``RANK_BASELINE_BYTES`` each, measured, and the warm process
+that imported torch once for the forked ranks); activations and allocator slack come on top of
+that (a measured DDP rank at 4 MB grew by about
 4P, tests/test_measure_preflight.py). So the estimate is a lower bound, and a run it refuses
 would certainly not fit.
 """
@@ -22,7 +26,17 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
+# What a rank holds before any tensor of the model: its private memory (USS, psutil's
+# memory_full_info) at its peak, measured here with torch 2.13.0 on gloo, CPU, at 0.25 MB:
+# a rank forked from the warm process 18.4-19.1 MB (n = 4 and 16); a rank under torchrun, which
+# imports torch itself, 226 MB (n = 2). Rounded down, so the estimate stays a lower bound.
+# The forked ranks also need the warm process that imported torch for them once: 304 MB under
+# python -m dpcost.measure, 220 MB under measure_traffic() called from pytest.
+# tests/test_measure_preflight.py samples a real run and checks both figures stay below it.
+RANK_BASELINE_BYTES = {"forked": 18e6, "torchrun": 220e6}
+LAUNCHER_BYTES = {"forked": 200e6, "torchrun": 0.0}  # torchrun's agent runs already
 BYTES_PER_PARAM_BYTE = {"ddp": lambda n: 3 * n, "dp": lambda n: 3 * n - 1}
 
 
@@ -47,23 +61,49 @@ def memory_available_bytes(meminfo: str = "/proc/meminfo") -> float | None:
 
 
 def check_model_mb(model_mb: float) -> None:
-    """Refuse a size that is not a finite number (inf, nan)."""
-    if not math.isfinite(model_mb):
+    """Refuse a size that is not a finite number (inf, nan), in MB or in bytes."""
+    if not math.isfinite(model_mb * 1e6):
         raise ValueError(f"--model-mb must be a finite number of MB, got {model_mb}")
 
 
-def check_memory(param_bytes: float, ranks: int, scenarios, available: float | None = None):
-    """Raise ValueError naming the estimate and MemAvailable if the run cannot fit here."""
+def check_gpus(found: int, ranks: int) -> None:
+    """``--backend nccl`` puts each rank on a GPU of its own: refuse it without enough."""
+    if found == 0:
+        raise ValueError(f"--backend nccl needs CUDA GPUs; found {found}")
+    if found < ranks:
+        raise ValueError(f"--backend nccl needs one CUDA GPU per local rank: {ranks} ranks, "
+                         f"found {found} GPUs")
+
+
+def check_memory(param_bytes: float, ranks: int, scenarios, available: float | None = None,
+                 forked: bool = True):
+    """Raise ValueError if the run cannot fit in MemAvailable: naming ``--world-size`` when the
+    ranks' own baseline (``RANK_BASELINE_BYTES``) alone is too much, else ``--model-mb``."""
     from dpcost.units import format_bytes
 
-    needed = estimated_memory_bytes(param_bytes, ranks, scenarios)
+    how = "forked" if forked else "torchrun"
+    per_rank = RANK_BASELINE_BYTES[how]
+    baseline = LAUNCHER_BYTES[how] + ranks * per_rank
+    needed = baseline + estimated_memory_bytes(float(param_bytes), ranks, scenarios)
     available = memory_available_bytes() if available is None else available
-    if available is not None and needed > available:
+    if available is None or needed <= available:
+        return
+    free = f"this machine has {format_bytes(available)} available (MemAvailable in /proc/meminfo)"
+    if baseline > available:
         raise ValueError(
-            f"--model-mb: a model of {format_bytes(param_bytes)} needs at least "
-            f"{_human(needed, format_bytes)} of memory on {ranks} local ranks "
-            f"({', '.join(scenarios)}), but this machine has {format_bytes(available)} "
-            f"available (MemAvailable in /proc/meminfo)")
+            f"--world-size: {ranks} local ranks need at least {format_bytes(baseline)} of memory "
+            f"before any tensor ({format_bytes(per_rank)} each), but {free}; at most "
+            f"{max(0, int((available - LAUNCHER_BYTES[how]) // per_rank))} ranks fit")
+    raise ValueError(
+        f"--model-mb: a model of {_human(float(param_bytes), format_bytes)} needs "
+        f"{_at_least(needed, format_bytes)} of memory on {ranks} local ranks "
+        f"({', '.join(scenarios)}), but {free}")
+
+
+def _at_least(value, format_bytes):
+    if value == math.inf:  # the estimate itself is beyond a float
+        return f"more than {sys.float_info.max:.3g} B"
+    return f"at least {_human(value, format_bytes)}"
 
 
 def _human(value, format_bytes):
@@ -73,6 +113,8 @@ def _human(value, format_bytes):
 def check_writable(path: str, option: str) -> None:
     """Raise ValueError naming ``option`` if a file could not be written at ``path``: a folder,
     no such folder, or no write permission. Creates nothing."""
+    if not path:
+        raise ValueError(f"{option} needs a file name, got ''")
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"{option}: {path} is a folder, not a file")
