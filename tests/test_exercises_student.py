@@ -87,9 +87,10 @@ def _run_cells(notebook) -> dict:
 
 
 @pytest.mark.parametrize("master_path, student_path", pairs())
-def test_stubs_report_failures_solutions_pass(master_path, student_path):
+def test_stubs_report_failures_solutions_pass(master_path, student_path, monkeypatch):
     student = _run_cells(nbformat.read(student_path, as_version=4))  # raises nothing
     assert student["report"].total > 0 and student["report"].passed == 0
+    monkeypatch.chdir(master_path.parent)  # the grade cells grade the notebook's file
     master = _run_cells(nbformat.read(master_path, as_version=4))  # hidden tests assert
     assert master["report"].all_passed
     assert master["report"].total == student["report"].total

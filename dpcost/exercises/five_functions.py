@@ -263,7 +263,6 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
     notebook); a missing one fails all its tests. After ``max_timeouts`` time-outs in one
     function, its remaining calls are skipped (they fail), so an infinite loop costs seconds.
     """
-    report = Report("submit: the full battery", "submit")
     if fns:
         named = [(_function_name(fn, None), fn) for fn in fns]
     else:
@@ -273,6 +272,17 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
             if fn is not None and is_package_function(fn):
                 raise ValueError(f"{name} here is the dpcost package's own function (imported "
                                  "from dpcost?); define your own in the notebook instead")
+    return battery_report(named, timeout, max_timeouts)
+
+
+def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIMEOUT,
+                   max_timeouts: int = 2) -> Report:
+    """The full battery for each ``(name, function)`` (None: not defined); a :class:`Report`.
+
+    ``submit`` calls this for the notebook's functions, ``dpcost.exercises.grade`` for the
+    functions that the notebook's file defines.
+    """
+    report = Report("submit: the full battery", "submit")
     for name, fn in named:
         tests = battery(name)
         if fn is None or not callable(fn):
