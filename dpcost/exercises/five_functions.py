@@ -223,9 +223,9 @@ def battery(name: str) -> list[Test]:
     return tests
 
 
-def _function_name(fn, name: str | None) -> str:
+def _function_name(fn, name: str | None, accepts_name: bool = False) -> str:
     return student_function_name(fn, FUNCTION_NAMES, "check(dp_communication_volume)",
-                                 "function", name)
+                                 "function", name, accepts_name)
 
 
 def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=None
@@ -249,7 +249,7 @@ def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=No
 
 def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run the worked examples of your function ``fn``; return a :class:`Report` (a table)."""
-    name = _function_name(fn, name)
+    name = _function_name(fn, name, accepts_name=True)
     tests = [Test("worked example", [case]) for case in worked_examples(name)]
     report = Report(f"check({name}): worked examples", "check")
     report.results = _run_tests(fn, name, tests, timeout)
