@@ -215,8 +215,12 @@ def test_refuses_unknown_names_and_non_functions():
     def dp_volume(p, n):
         return 0.0
 
-    with pytest.raises(ValueError, match="named one of"):
+    with pytest.raises(ValueError, match=r"named one of .*\(or pass name=\.\.\.\)"):
         check(dp_volume)
+    assert check(dp_volume, name="dp_communication_volume").total == 3  # as the message offers
+    with pytest.raises(ValueError, match="named one of") as refused:
+        submit(dp_volume)  # submit takes no name=, so its message does not offer it
+    assert "name=" not in str(refused.value)
     with pytest.raises(TypeError, match="your function itself"):
         check("dp_communication_volume")
 

@@ -5,8 +5,12 @@ import pytest
 
 from dpcost.exercises.student import (
     STUDENT_DIR,
+    WIDGET_STATE,
+    WIDGET_VIEW,
+    main,
     make_student,
     pairs,
+    stable_widget_ids,
     structure,
     student_source,
 )
@@ -87,9 +91,10 @@ def _run_cells(notebook) -> dict:
 
 
 @pytest.mark.parametrize("master_path, student_path", pairs())
-def test_stubs_report_failures_solutions_pass(master_path, student_path):
+def test_stubs_report_failures_solutions_pass(master_path, student_path, monkeypatch):
     student = _run_cells(nbformat.read(student_path, as_version=4))  # raises nothing
     assert student["report"].total > 0 and student["report"].passed == 0
+    monkeypatch.chdir(master_path.parent)  # the grade cells grade the notebook's file
     master = _run_cells(nbformat.read(master_path, as_version=4))  # hidden tests assert
     assert master["report"].all_passed
     assert master["report"].total == student["report"].total
@@ -113,3 +118,37 @@ def test_grade_cells_stay_and_cells_lock_as_nbgrader_locks_them():
     assert (grade.metadata["editable"], grade.metadata["deletable"]) == (False, False)
     assert solution.metadata["deletable"] is False and "editable" not in solution.metadata
     assert all("editable" not in c.metadata for c in cells)  # the master is left untouched
+
+
+def _executed_with_widgets(box_id: str, button_id: str):
+    """A notebook as nbclient leaves it: a box shown by a cell, a button inside it."""
+    cell = nbformat.v4.new_code_cell("hint_button()", id="hints")  # a fixed cell id, as committed
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        WIDGET_VIEW: {"model_id": box_id, "version_major": 2, "version_minor": 0},
+        "text/plain": "HintButton(...)"})]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    state = {box_id: {"model_name": "VBoxModel",
+                      "state": {"children": [f"IPY_MODEL_{button_id}"]}},
+             button_id: {"model_name": "ButtonModel", "state": {"description": "Show hint 1"}}}
+    notebook.metadata["widgets"] = {WIDGET_STATE: {"version_major": 2, "version_minor": 0,
+                                                   "state": state}}
+    return notebook
+
+
+def test_widget_ids_are_renamed_in_a_fixed_order():
+    """Two runs draw different random ids; after renaming, the files are the same, and the box
+    still shows the button."""
+    first = stable_widget_ids(_executed_with_widgets("a" * 32, "b" * 32), "ex.ipynb")
+    second = stable_widget_ids(_executed_with_widgets("c" * 32, "d" * 32), "ex.ipynb")
+    assert nbformat.writes(first) == nbformat.writes(second)
+    state = first.metadata["widgets"][WIDGET_STATE]["state"]
+    box = first.cells[0].outputs[0]["data"][WIDGET_VIEW]["model_id"]
+    (button,) = set(state) - {box}
+    assert state[box]["state"]["children"] == [f"IPY_MODEL_{button}"]
+    assert "a" * 32 not in nbformat.writes(first)
+
+
+def test_check_says_how_many_notebooks_match(capsys):
+    assert main(["--check"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == f"{len(pairs())} student notebooks match their masters"

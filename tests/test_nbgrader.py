@@ -5,20 +5,26 @@ that need no course database run here, in its order, on notebooks/instructor/ex*
 comes out must equal notebooks/ex*.ipynb (written by dpcost.exercises.student) cell by cell -
 type, id, source and metadata - apart from the stub's message: nbgrader writes
 ``raise NotImplementedError()``, the course names the function to write. Outputs are not
-compared (the student versions are committed executed). Then the grading itself: the hidden
-tests, put back into the student version as nbgrader's autograder does, give the stubs no
-points and the solutions all of them.
+compared (the student versions are committed executed). Then the grading itself, end to end with
+nbgrader's own ``generate_assignment`` and ``autograde`` on one course directory: a correct
+submission scores full marks, a wrong one what its tests say, and one that forges ``submit``
+(and patches the checker's modules) scores 0 on every grade cell.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from dpcost.exercises.student import pairs
+from dpcost.exercises.student import make_student, pairs
 
 pytest.importorskip("nbgrader", reason="nbgrader (a dev dependency) is not installed")
 
@@ -35,6 +41,7 @@ from nbgrader.preprocessors import (  # noqa: E402
 )
 
 PAIRS = pairs()
+MASTER_PATHS = {master.stem: master for master, _ in PAIRS}
 IDS = [master.stem for master, _ in PAIRS]
 POINTS = {"ex1_five_functions": 5, "ex2_ring_step": 3, "ex3_migrate": 2}
 # nbgrader's GenerateAssignment.preprocessors, less InstantiateTests (no AUTOTEST cells here) and
@@ -118,33 +125,183 @@ def test_without_the_metadata_nbgrader_refuses_the_masters():
         nbgrader_release(master)
 
 
-def points_scored(notebook, master) -> tuple[int, int]:
-    """Autograde ``notebook`` as nbgrader does: grade cells' sources come back from ``master``
-    (its OverwriteCells), every code cell runs in one namespace, a grade cell that raises
-    scores 0. Returns (points scored, points possible)."""
-    hidden = {c.id: c.source for c in master.cells if _grader(c).get("grade")}
-    namespace = {"__name__": "__main__"}
-    scored = possible = 0
+# ---- end to end: nbgrader's generate_assignment and autograde --------------------------------
+
+ASSIGNMENTS = {"ex1": "ex1_five_functions", "ex2": "ex2_ring_step", "ex3": "ex3_migrate"}
+FORGED_SUBMIT = """
+class _Passed:
+    total, passed, all_passed = 27, 27, True
+
+    def __getattr__(self, name):
+        return 27
+
+
+def submit(*args, **kwargs):  # the forgery: every grade cell that calls submit() passes
+    return _Passed()
+
+
+report = submit()
+import importlib
+import subprocess
+import sys
+
+for _module in ("dpcost.exercises.five_functions", "dpcost.exercises.ring_step",
+                "dpcost.exercises.migrate_check"):  # and the checker's modules, patched
+    _checker = importlib.import_module(_module)
+    _checker.submit = submit
+    for _name in ("battery_report", "simulator_report", "settings_report"):
+        if hasattr(_checker, _name):
+            setattr(_checker, _name, submit)
+_real_run = subprocess.run
+
+
+def _fake_run(args, *rest, **kwargs):  # a grader that always says full marks
+    return subprocess.CompletedProcess(args, 0, "all passed\nscore: 2", "")
+
+
+subprocess.run = _fake_run
+"""
+# ex1's wrong submission: one function right, one with the right formula but no input checks
+# (partial credit), three returning 0.0.
+NO_CHECKS_DDP = ("def ddp_communication_volume(model_size_bytes, num_gpus):\n"
+                 "    n = num_gpus\n"
+                 "    return 0.0 if n <= 1 else float(2 * (n - 1) / n * model_size_bytes)\n")
+WRONG = {
+    "ex1": {"solution-2": NO_CHECKS_DDP, "solution-3": "zero", "solution-4": "zero",
+            "solution-5": "zero"},
+    "ex2": {"solution-ag": "def all_gather_sends(num_ranks, step):\n    return []\n"},
+    "ex3": {"solution": "no set_epoch"},
+}
+
+
+def _solution(master_source: str) -> str:
+    """The master's solution cell without nbgrader's markers: what a student would write."""
+    return "\n".join(line for line in master_source.split("\n")
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def _zero(source: str, value: str = "0.0") -> str:
+    """The stub's body replaced by ``return value``."""
+    return re.sub(r"# YOUR CODE HERE\n(\s*)raise NotImplementedError\(.*\)",
+                  rf"\1return {value}", source)
+
+
+def _submission(master, kind: str, assignment: str):
+    """The student version of ``master`` filled in as a correct, wrong or forged submission."""
+    notebook = make_student(master)
+    solutions = {c.id: _solution(c.source) for c in master.cells
+                 if _grader(c).get("solution")}
     for cell in notebook.cells:
-        if cell.cell_type != "code":
+        if cell.id not in solutions:
             continue
-        source = hidden.get(cell.id, cell.source)
-        try:
-            exec(compile(source, f"<cell {cell.id}>", "exec"), namespace)
-            passed = True
-        except AssertionError:
-            passed = False
-        if cell.id in hidden:
-            points = _grader(cell)["points"]
-            possible += points
-            scored += points if passed else 0
-    return scored, possible
+        change = WRONG[assignment].get(cell.id) if kind == "wrong" else None
+        if kind == "correct" or (kind == "wrong" and change is None):
+            cell.source = solutions[cell.id]
+        elif kind == "forged":
+            cell.source = _zero(cell.source, "[]" if assignment == "ex2" else "0")
+        elif change == "zero":
+            cell.source = _zero(cell.source)
+        elif change == "no set_epoch":
+            cell.source = solutions[cell.id].replace("sampler.set_epoch(epoch)", "pass")
+        else:
+            cell.source = change
+    if kind == "forged":  # the forgery goes in the last solution cell, before the grade cells
+        last = max(i for i, c in enumerate(notebook.cells) if c.id in solutions)
+        notebook.cells[last].source += "\n\n" + FORGED_SUBMIT
+    return notebook
 
 
-@pytest.mark.parametrize("master_path, student_path", PAIRS, ids=IDS)
-def test_hidden_tests_give_stubs_nothing_and_solutions_everything(master_path, student_path):
-    master = nbformat.read(master_path, as_version=4)
-    student = nbformat.read(student_path, as_version=4)
-    assert points_scored(student, master) == (0, POINTS[master_path.stem])
-    full = POINTS[master_path.stem]
-    assert points_scored(master, master) == (full, full)
+def _nbgrader(course, *args):
+    # nbgrader runs alembic (its database migrations) by name: the venv's bin goes first on PATH
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                  os.environ.get("PATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """One nbgrader course with the three exercises, three students, all autograded."""
+    course = tmp_path_factory.mktemp("course")
+    (course / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        "c.CourseDirectory.course_id = 'dpcost'\n"
+        "c.Execute.timeout = 300\n")  # ex3's grade cell trains on 2 ranks, twice
+    masters = {assignment: nbformat.read(MASTER_PATHS[stem], as_version=4)
+               for assignment, stem in ASSIGNMENTS.items()}
+    for assignment, stem in ASSIGNMENTS.items():
+        source = course / "source" / assignment
+        source.mkdir(parents=True)
+        nbformat.write(masters[assignment], source / f"{stem}.ipynb")
+        for kind in ("correct", "wrong", "forged"):
+            folder = course / "submitted" / kind / assignment
+            folder.mkdir(parents=True)
+            nbformat.write(_submission(masters[assignment], kind, assignment),
+                           folder / f"{stem}.ipynb")
+    # nbgrader globs the assignment id: one run each for all three exercises and students
+    _nbgrader(course, "generate_assignment", "ex*", "--force")
+    _nbgrader(course, "autograde", "ex*", "--create", "--force")
+    from nbgrader.api import Gradebook
+
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="dpcost") as gradebook:
+        for assignment, stem in ASSIGNMENTS.items():
+            for kind in ("correct", "wrong", "forged"):
+                notebook = gradebook.find_submission_notebook(stem, assignment, kind)
+                scores[assignment, kind] = {g.name: (g.score, g.max_score)
+                                            for g in notebook.grades}
+    return course, scores
+
+
+
+@pytest.mark.serial  # ex3's grade cells start gloo ranks
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_autograde_gives_the_correct_submission_full_marks(course, assignment):
+    _, scores = course
+    graded = scores[assignment, "correct"]
+    assert graded and all(score == full for score, full in graded.values()), graded
+    assert sum(full for _, full in graded.values()) == POINTS[ASSIGNMENTS[assignment]]
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_autograde_gives_the_forged_submit_nothing(course, assignment):
+    """Functions returning 0 (ex2: no sends), a submit() that says all passed, the checker's
+    modules and subprocess.run patched: 0 on every grade cell."""
+    _, scores = course
+    graded = scores[assignment, "forged"]
+    assert graded and all(score == 0 for score, _ in graded.values()), graded
+
+
+def _autograded_output(course, assignment, kind, cell_id) -> str:
+    stem = ASSIGNMENTS[assignment]
+    notebook = json.loads((course / "autograded" / kind / assignment / f"{stem}.ipynb")
+                          .read_text())
+    cell = next(c for c in notebook["cells"] if c["id"] == cell_id)
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"])
+
+
+@pytest.mark.serial
+def test_autograde_scores_the_wrong_submissions_by_their_tests(course):
+    """ex1: one function right (1), one with the formula but no input checks (partial credit,
+    recomputed here by the checker), three returning 0.0 (0: the literal check fails). ex2: a
+    right reduce-scatter (1), an empty all-gather (0, and 0 together). ex3: no set_epoch, so the
+    order never changes and the parameters drift: 12 of 16 tests, 1.5 of 2 points."""
+    from dpcost.exercises import five_functions
+
+    path, scores = course
+    namespace = {}
+    exec(NO_CHECKS_DDP, namespace)
+    partial = five_functions.submit(namespace["ddp_communication_volume"])
+    assert 0 < partial.passed < partial.total == 27
+    assert scores["ex1", "wrong"] == {
+        "grade-1": (1.0, 1.0), "grade-2": (round(partial.passed / 27, 2), 1.0),
+        "grade-3": (0.0, 1.0), "grade-4": (0.0, 1.0), "grade-5": (0.0, 1.0)}
+    assert f"ddp_communication_volume: {partial.passed}/27" in _autograded_output(
+        path, "ex1", "wrong", "grade-2")
+    assert scores["ex2", "wrong"] == {"grade-rs": (1.0, 1.0), "grade-ag": (0.0, 1.0),
+                                      "grade-both": (0.0, 1.0)}
+    assert scores["ex3", "wrong"] == {"submit-hidden": (1.5, 2.0)}
+    assert "train_ddp: 12/16" in _autograded_output(path, "ex3", "wrong", "submit-hidden")

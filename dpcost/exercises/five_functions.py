@@ -223,9 +223,9 @@ def battery(name: str) -> list[Test]:
     return tests
 
 
-def _function_name(fn, name: str | None) -> str:
+def _function_name(fn, name: str | None, accepts_name: bool = False) -> str:
     return student_function_name(fn, FUNCTION_NAMES, "check(dp_communication_volume)",
-                                 "function", name)
+                                 "function", name, accepts_name)
 
 
 def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=None
@@ -249,7 +249,7 @@ def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=No
 
 def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run the worked examples of your function ``fn``; return a :class:`Report` (a table)."""
-    name = _function_name(fn, name)
+    name = _function_name(fn, name, accepts_name=True)
     tests = [Test("worked example", [case]) for case in worked_examples(name)]
     report = Report(f"check({name}): worked examples", "check")
     report.results = _run_tests(fn, name, tests, timeout)
@@ -263,7 +263,6 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
     notebook); a missing one fails all its tests. After ``max_timeouts`` time-outs in one
     function, its remaining calls are skipped (they fail), so an infinite loop costs seconds.
     """
-    report = Report("submit: the full battery", "submit")
     if fns:
         named = [(_function_name(fn, None), fn) for fn in fns]
     else:
@@ -273,6 +272,17 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
             if fn is not None and is_package_function(fn):
                 raise ValueError(f"{name} here is the dpcost package's own function (imported "
                                  "from dpcost?); define your own in the notebook instead")
+    return battery_report(named, timeout, max_timeouts)
+
+
+def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIMEOUT,
+                   max_timeouts: int = 2) -> Report:
+    """The full battery for each ``(name, function)`` (None: not defined); a :class:`Report`.
+
+    ``submit`` calls this for the notebook's functions, ``dpcost.exercises.grade`` for the
+    functions that the notebook's file defines.
+    """
+    report = Report("submit: the full battery", "submit")
     for name, fn in named:
         tests = battery(name)
         if fn is None or not callable(fn):

@@ -569,11 +569,12 @@ def is_package_function(fn) -> bool:
 
 
 def student_function_name(fn, allowed, example: str, what: str = "function",
-                          name: str | None = None) -> str:
+                          name: str | None = None, accepts_name: bool = False) -> str:
     """The exercise name of the student's ``fn`` (or ``name``), checked to be one of ``allowed``.
 
     Refuses what is not callable, and the dpcost package's own functions: the checker tests what
-    the student wrote, never the reference. ``example`` shows the right call in the message.
+    the student wrote, never the reference. ``example`` shows the right call in the message;
+    ``accepts_name``: the caller takes ``name=...``, so the message offers it.
     """
     if not callable(fn):
         raise TypeError(f"pass your function itself, e.g. {example}; got "
@@ -583,7 +584,7 @@ def student_function_name(fn, allowed, example: str, what: str = "function",
                          f"{what}; check the one you wrote in the notebook instead")
     name = name or getattr(fn, "__name__", "")
     if name not in allowed:
-        hint = " (or pass name=...)" if what == "function" else ""
+        hint = " (or pass name=...)" if accepts_name else ""  # only where the caller takes it
         raise ValueError(f"the function must be named one of {', '.join(allowed)}{hint}; "
                          f"got {name!r}")
     return name

@@ -126,6 +126,40 @@ def execute(notebook, path: Path) -> None:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
 
 
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def stable_widget_ids(notebook, name: str):
+    """``notebook`` (executed) with its widget model ids renamed in a fixed order, so that
+    executing it again writes the same file (ipywidgets draws the ids at random, uuid4).
+
+    The order: the models the outputs show, cell by cell, then the models they refer to
+    (``IPY_MODEL_<id>`` in their state), breadth first; each gets uuid5(``name``/position).
+    Returns a new nbformat node.
+    """
+    import json
+    import uuid
+
+    import nbformat
+
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    if not state:
+        return notebook
+    order = [output.get("data", {}).get(WIDGET_VIEW, {}).get("model_id")
+             for cell in notebook.cells for output in cell.get("outputs", [])]
+    order = list(dict.fromkeys(m for m in order if m in state))
+    for model in order:  # grows while it is walked: breadth first
+        text = json.dumps(state[model], sort_keys=True)
+        order += [m for m in dict.fromkeys(re.findall(r"IPY_MODEL_([0-9a-f]{32})", text))
+                  if m in state and m not in order]
+    order += sorted(set(state) - set(order))  # models nothing shows: none in these notebooks
+    text = nbformat.writes(notebook)
+    for position, model in enumerate(order):
+        text = text.replace(model, uuid.uuid5(uuid.NAMESPACE_URL, f"{name}/{position}").hex)
+    return nbformat.reads(text, as_version=4)
+
+
 def main(argv: list[str] | None = None) -> int:
     import nbformat
 
@@ -154,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if not args.no_execute:
             execute(student, student_path)
+            student = stable_widget_ids(student, student_path.name)
         nbformat.write(student, student_path)
         print(f"wrote {student_path.relative_to(ROOT)} from {master_path.relative_to(ROOT)}")
     for path in stale:
         print(f"out of sync: {path.relative_to(ROOT)} (run: python -m dpcost.exercises.student)")
+    if args.check and not stale:
+        print(f"{len(pairs())} student notebooks match their masters")
     return 1 if stale else 0
 
 
