@@ -221,56 +221,73 @@ def _nbgrader(course, *args):
     return done
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    """One nbgrader course with the three exercises, three students, all autograded."""
+def _graded_course(tmp_path_factory, assignments: tuple[str, ...], glob: str):
+    """One nbgrader course with ``assignments``, three students each, all autograded."""
     course = tmp_path_factory.mktemp("course")
     (course / "nbgrader_config.py").write_text(
         "c = get_config()\n"
         "c.CourseDirectory.course_id = 'dpcost'\n"
         "c.Execute.timeout = 300\n")  # ex3's grade cell trains on 2 ranks, twice
-    masters = {assignment: nbformat.read(MASTER_PATHS[stem], as_version=4)
-               for assignment, stem in ASSIGNMENTS.items()}
-    for assignment, stem in ASSIGNMENTS.items():
+    for assignment in assignments:
+        stem = ASSIGNMENTS[assignment]
+        master = nbformat.read(MASTER_PATHS[stem], as_version=4)
         source = course / "source" / assignment
         source.mkdir(parents=True)
-        nbformat.write(masters[assignment], source / f"{stem}.ipynb")
+        nbformat.write(master, source / f"{stem}.ipynb")
         for kind in ("correct", "wrong", "forged"):
             folder = course / "submitted" / kind / assignment
             folder.mkdir(parents=True)
-            nbformat.write(_submission(masters[assignment], kind, assignment),
-                           folder / f"{stem}.ipynb")
-    # nbgrader globs the assignment id: one run each for all three exercises and students
-    _nbgrader(course, "generate_assignment", "ex*", "--force")
-    _nbgrader(course, "autograde", "ex*", "--create", "--force")
+            nbformat.write(_submission(master, kind, assignment), folder / f"{stem}.ipynb")
+    # nbgrader globs the assignment id: one run for all the course's exercises and students
+    _nbgrader(course, "generate_assignment", glob, "--force")
+    _nbgrader(course, "autograde", glob, "--create", "--force")
     from nbgrader.api import Gradebook
 
     scores = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="dpcost") as gradebook:
-        for assignment, stem in ASSIGNMENTS.items():
+        for assignment in assignments:
             for kind in ("correct", "wrong", "forged"):
-                notebook = gradebook.find_submission_notebook(stem, assignment, kind)
+                notebook = gradebook.find_submission_notebook(ASSIGNMENTS[assignment],
+                                                              assignment, kind)
                 scores[assignment, kind] = {g.name: (g.score, g.max_score)
                                             for g in notebook.grades}
     return course, scores
 
 
+# Two courses, so that ex1 and ex2, whose grading starts no ranks, run in the parallel lane and
+# only ex3's (gloo ranks) in the serial one.
+@pytest.fixture(scope="module")
+def course_without_ranks(tmp_path_factory):
+    return _graded_course(tmp_path_factory, ("ex1", "ex2"), "ex[12]")
 
-@pytest.mark.serial  # ex3's grade cells start gloo ranks
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_autograde_gives_the_correct_submission_full_marks(course, assignment):
-    _, scores = course
+
+@pytest.fixture(scope="module")
+def course_with_ranks(tmp_path_factory):
+    return _graded_course(tmp_path_factory, ("ex3",), "ex3")
+
+
+def _course(request, assignment):
+    return request.getfixturevalue("course_with_ranks" if assignment == "ex3"
+                                   else "course_without_ranks")
+
+
+# ex3's grade cells start gloo ranks: its cases run in the serial lane
+EACH = [pytest.param("ex1"), pytest.param("ex2"), pytest.param("ex3", marks=pytest.mark.serial)]
+
+
+@pytest.mark.parametrize("assignment", EACH)
+def test_autograde_gives_the_correct_submission_full_marks(request, assignment):
+    _, scores = _course(request, assignment)
     graded = scores[assignment, "correct"]
     assert graded and all(score == full for score, full in graded.values()), graded
     assert sum(full for _, full in graded.values()) == POINTS[ASSIGNMENTS[assignment]]
 
 
-@pytest.mark.serial
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_autograde_gives_the_forged_submit_nothing(course, assignment):
+@pytest.mark.parametrize("assignment", EACH)
+def test_autograde_gives_the_forged_submit_nothing(request, assignment):
     """Functions returning 0 (ex2: no sends), a submit() that says all passed, the checker's
     modules and subprocess.run patched: 0 on every grade cell."""
-    _, scores = course
+    _, scores = _course(request, assignment)
     graded = scores[assignment, "forged"]
     assert graded and all(score == 0 for score, _ in graded.values()), graded
 
@@ -283,15 +300,13 @@ def _autograded_output(course, assignment, kind, cell_id) -> str:
     return "".join("".join(o.get("text", "")) for o in cell["outputs"])
 
 
-@pytest.mark.serial
-def test_autograde_scores_the_wrong_submissions_by_their_tests(course):
+def test_autograde_scores_the_wrong_submissions_by_their_tests(course_without_ranks):
     """ex1: one function right (1), one with the formula but no input checks (partial credit,
     recomputed here by the checker), three returning 0.0 (0: the literal check fails). ex2: a
-    right reduce-scatter (1), an empty all-gather (0, and 0 together). ex3: no set_epoch, so the
-    order never changes and the parameters drift: 12 of 16 tests, 1.5 of 2 points."""
+    right reduce-scatter (1), an empty all-gather (0, and 0 together)."""
     from dpcost.exercises import five_functions
 
-    path, scores = course
+    path, scores = course_without_ranks
     namespace = {}
     exec(NO_CHECKS_DDP, namespace)
     partial = five_functions.submit(namespace["ddp_communication_volume"])
@@ -303,5 +318,12 @@ def test_autograde_scores_the_wrong_submissions_by_their_tests(course):
         path, "ex1", "wrong", "grade-2")
     assert scores["ex2", "wrong"] == {"grade-rs": (1.0, 1.0), "grade-ag": (0.0, 1.0),
                                       "grade-both": (0.0, 1.0)}
+
+
+@pytest.mark.serial
+def test_autograde_scores_the_wrong_migration_by_its_tests(course_with_ranks):
+    """ex3: no set_epoch, so the order never changes and the parameters drift: 12 of 16 tests,
+    1.5 of 2 points."""
+    path, scores = course_with_ranks
     assert scores["ex3", "wrong"] == {"submit-hidden": (1.5, 2.0)}
     assert "train_ddp: 12/16" in _autograded_output(path, "ex3", "wrong", "submit-hidden")
