@@ -40,14 +40,15 @@ CONDA_TO_PYPI = {"jupyterlab_rise": "jupyterlab-rise", "pytorch": "torch"}
 
 def test_import_dpcost_is_light():
     code = (
-        "import sys, time; t = time.perf_counter(); import dpcost; "
-        "print(time.perf_counter() - t); "
+        "import sys, time; t = time.process_time(); import dpcost; "
+        "print(time.process_time() - t); "
         f"print([m for m in {HEAVY!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert out[1] == "[]", f"import dpcost pulled in {out[1]}"
-    # Generous bound for a loaded CI machine; typically a few ms.
+    # CPU time, not wall time: the parallel lane runs under SCHED_IDLE, where waiting for a core
+    # took 0.2 s once. Typically 2-3 ms.
     assert float(out[0]) < 0.15
 
 
