@@ -156,3 +156,14 @@ def test_which_strategies_fit_llama_2():
                 fits[model].append(rung.strip())
     assert fits == {"7B": ["ZeRO-1", "FSDP no reshard", "FSDP full sharding"],
                     "70B": ["FSDP full sharding"]}
+
+
+def test_gloo_framing_predicted_within_what_lesson_06_measured():
+    (percent,) = quoted(r"predicts it to within a few preambles per window \(at most ([\d.]+) % of "
+                        r"DDP's framing at n = 4;")
+    printed = lesson_output("06_measure_it.ipynb", "print(render_table(reports[4]))")
+    ddp = printed[:printed.index("\ndp:")]  # the DDP block comes first
+    predicted, difference = re.search(
+        r"extra B predicted from the messages gloo sends \(48-byte preambles\): (\d+),.*"
+        r"largest difference from the measured extra (\d+) B per iteration", ddp).groups()
+    assert int(difference) / int(predicted) * 100 <= float(percent)
