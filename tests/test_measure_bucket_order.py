@@ -52,3 +52,16 @@ def test_the_table_marks_the_exposed_bucket(measured):
 def test_bad_timeout_names_the_parameter():
     with pytest.raises(ValueError, match="timeout_s"):
         bo.measure(timeout_s=0)
+
+
+def test_find_unused_parameters_keeps_its_first_buckets_and_never_rebuilds():
+    """Lesson 09: with find_unused_parameters=True the caps apply from the first iteration, over
+    the parameters in registration order, reversed (the 1 MiB cap on layer 0's weight, reduced
+    last), and are never rebuilt; by default the first iteration has one bucket and the rebuild
+    splits it in ready order."""
+    measured = bo.measure_find_unused()
+    default, unused = measured["default"], measured["find unused"]
+    assert default["first"] == [16_016_000] and default["last"] == [4_004_000, 12_012_000]
+    assert default["rebuilt_bucket_sizes"] == [4_004_000, 12_012_000]
+    assert unused["first"] == unused["last"] == [12_016_000, 4_000_000]
+    assert unused["rebuilt_bucket_sizes"] == []  # DDP logged no rebuild

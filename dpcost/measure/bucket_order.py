@@ -32,7 +32,6 @@ WIDTH, DEPTH = 1000, 4  # lesson 07's model: P = 16,016,000 B in fp32 (scenarios
 WORLD_SIZE = 2
 ITERATIONS = 3  # the rebuild happens at the 2nd forward; the 3rd shows the rebuilt buckets
 ENV = "DDP_SET_LAST_BUCKET_CAP"
-SETTINGS = (False, True)  # small_last_bucket: DDP's default, then DDP_SET_LAST_BUCKET_CAP=1
 
 
 class BucketOrderError(RuntimeError):
@@ -40,7 +39,8 @@ class BucketOrderError(RuntimeError):
 
 
 def measure(timeout_s: float = 120.0) -> list[dict]:
-    """Both settings, measured on 2 gloo ranks; one dict per setting, in ``SETTINGS`` order.
+    """Both settings, measured on 2 gloo ranks; one dict per setting: DDP's default, then
+    ``DDP_SET_LAST_BUCKET_CAP=1``.
 
     Keys: ``small_last_bucket`` (bool: was ``DDP_SET_LAST_BUCKET_CAP=1`` set),
     ``ready`` (parameter names in the order their gradients became ready in the first
@@ -51,6 +51,40 @@ def measure(timeout_s: float = 120.0) -> list[dict]:
     are returned. Raises ``ValueError`` for a bad ``timeout_s``, ``BucketOrderError`` when a
     rank fails or does not answer within ``timeout_s`` seconds; no rank outlives the call.
     """
+    return [_as_order_result(result) for result in _measure(("default", "small last bucket"),
+                                                            timeout_s)]
+
+
+def measure_find_unused(timeout_s: float = 120.0) -> dict[str, dict]:
+    """DDP's buckets in the first and the last of ``ITERATIONS`` iterations, by default and with
+    ``find_unused_parameters=True``, measured on 2 gloo ranks: {setting: {"first", "last": bytes
+    of each bucket in the order DDP handed them over; "rebuilt_bucket_sizes"}}.
+
+    By default the first iteration has one bucket (``compute_bucket_size_limits`` returns
+    ``[sys.maxsize]``) and the second rebuilds them in ready order. With
+    ``find_unused_parameters=True`` the caps [1 MiB, 25 MiB] apply from the first iteration,
+    filled over the parameters in registration order and then reversed (``distributed.py:
+    _ddp_init_helper``), so the 1 MiB cap goes to the first layers' bucket, reduced last; and
+    the buckets are never rebuilt (``reducer.cpp: Reducer::should_rebuild_buckets`` is false
+    when unused parameters are searched for), so DDP logs no rebuilt sizes.
+    """
+    results = _measure(("default", "find unused"), timeout_s)
+    return {result["setting"]: {"first": result["first_buckets"],
+                                "last": [b["bytes"] for b in result["buckets"]],
+                                "rebuilt_bucket_sizes": result["rebuilt_bucket_sizes"]}
+            for result in results}
+
+
+def _as_order_result(result: dict) -> dict:
+    result = dict(result, small_last_bucket=result["setting"] == "small last bucket")
+    for key in ("setting", "first_buckets"):
+        result.pop(key)
+    return result
+
+
+def _measure(settings, timeout_s):
+    """Run ``settings`` ("default", "small last bucket", "find unused") one after the other on
+    the same 2 ranks; rank 0's results, one dict per setting."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not 0 < timeout_s < float("inf"):
         raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
@@ -59,7 +93,8 @@ def measure(timeout_s: float = 120.0) -> list[dict]:
     context = warm_context()
     port = free_port()
     pipes = [context.Pipe(duplex=False) for _ in range(WORLD_SIZE)]
-    ranks = [context.Process(target=_rank_main, args=(rank, port, pipes[rank][1]), daemon=True)
+    ranks = [context.Process(target=_rank_main, args=(rank, port, pipes[rank][1], settings),
+                             daemon=True)
              for rank in range(WORLD_SIZE)]
     try:
         for process in ranks:
@@ -92,11 +127,19 @@ def _receive(reader, process, rank, deadline, timeout_s):
     return value
 
 
-def _rank_main(rank: int, port: int, writer) -> None:
-    """One rank: DDP over gloo, once per setting; sends ("ok", results) or ("error", text)."""
+def _rank_main(rank: int, port: int, writer, settings) -> None:
+    """One rank: DDP over gloo, once per setting; sends ("ok", results) or ("error", text).
+
+    The rank's stderr goes to /dev/null: errors travel through the pipe, and with
+    ``find_unused_parameters=True`` on a model that uses every parameter DDP warns on it, with a
+    timestamp, into the notebook ("did not find any unused parameters": the point of the run).
+    """
     die_with_parent()
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    os.close(quiet)
     try:
-        writer.send(("ok", _run_rank(rank, port)))
+        writer.send(("ok", _run_rank(rank, port, settings)))
     except Exception as error:  # noqa: BLE001 - the parent names it
         import traceback
 
@@ -107,7 +150,7 @@ def _rank_main(rank: int, port: int, writer) -> None:
     os._exit(0)
 
 
-def _run_rank(rank: int, port: int) -> list[dict]:
+def _run_rank(rank: int, port: int, settings) -> list[dict]:
     from datetime import timedelta
 
     import torch
@@ -121,26 +164,27 @@ def _run_rank(rank: int, port: int) -> list[dict]:
                           timeout=timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD_SIZE)
     results = []
-    for small_last_bucket in SETTINGS:
-        if small_last_bucket:
+    for setting in settings:
+        if setting == "small last bucket":
             os.environ[ENV] = "1"
         else:
             os.environ.pop(ENV, None)
         results.append(_one_setting(torch, dist, default_hooks, build_model, _batch, rank,
-                                    small_last_bucket))
+                                    setting))
         dist.barrier()
     os.environ.pop(ENV, None)
     dist.destroy_process_group()
     return results
 
 
-def _one_setting(torch, dist, default_hooks, build_model, batch, rank, small_last_bucket):
+def _one_setting(torch, dist, default_hooks, build_model, batch, rank, setting):
     model = build_model(WIDTH, DEPTH)
     names = {id(p): name for name, p in model.named_parameters()}
     ready, launched = [], []
     handles = [p.register_post_accumulate_grad_hook(lambda p: ready.append(names[id(p)]))
                for p in model.parameters()]
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, find_unused_parameters=setting == "find unused")
 
     def recording_hook(state, bucket):
         buffer = bucket.buffer()
@@ -155,10 +199,11 @@ def _one_setting(torch, dist, default_hooks, build_model, batch, rank, small_las
         ddp(batch(WIDTH, rank, iteration)).square().mean().backward()
         if iteration == 0:
             first_ready = list(ready)
+            first_buckets = [bucket["bytes"] for bucket in launched]
             for handle in handles:
                 handle.remove()
     logged = ddp._get_ddp_logging_data().get("rebuilt_bucket_sizes", "")
-    return {"small_last_bucket": small_last_bucket, "ready": first_ready,
+    return {"setting": setting, "first_buckets": first_buckets, "ready": first_ready,
             "param_bytes": {name: p.numel() * p.element_size()
                             for name, p in model.named_parameters()},
             "buckets": list(launched),
