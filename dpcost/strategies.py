@@ -296,7 +296,15 @@ def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
     b = _integer(num_buckets, "num_buckets", 0)
     n = _ranks(num_gpus)
     alpha = _real(latency_s, "latency_s")
-    return b * 2 * (n - 1) * alpha
+    try:
+        seconds = float(b) * 2 * (n - 1) * alpha
+    except OverflowError:  # an int past a float's range
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError(f"num_buckets x 2 (num_gpus - 1) x latency_s must be finite seconds, "
+                         f"got num_buckets of {len(str(b))} digits, num_gpus {n}, "
+                         f"latency_s {alpha!r}")
+    return seconds
 
 
 # --- the strategies ----------------------------------------------------------------------------

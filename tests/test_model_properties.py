@@ -19,6 +19,7 @@ from dpcost.dataparallel_traffic import dp_path_traffic, gpu_busy_bytes
 NAMES = ("model_size_bytes", "num_gpus", "size_bytes", "bandwidth_bytes_per_s", "latency_s",
          "flops", "peak_flops_per_s", "utilisation", "bucket_bytes", "forward_s", "backward_s",
          "element_bytes", "parameters", "batch_size", "param_bytes", "grad_bytes", "the step's",
+         "num_buckets",
          "the all-reduce")
 
 sizes = st.one_of(st.integers(0, 10**20), st.integers(10**300, 10**400),
@@ -146,3 +147,14 @@ def test_large_inputs_are_closed_form(call):
     started = time.process_time()
     call()
     assert time.process_time() - started < 1.0
+
+
+@given(st.one_of(st.integers(0, 10**6), st.integers(10**300, 10**400)), st.integers(1, 4096),
+       st.floats(0, 1e-3))
+def test_allreduce_latency(num_buckets, n, alpha):
+    from dpcost import strategies
+
+    value = answers_or_names_a_parameter(
+        lambda: strategies.allreduce_latency_s(num_buckets, n, alpha))
+    if value is not None:
+        finite_and_non_negative(value)
