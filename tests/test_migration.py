@@ -158,7 +158,9 @@ def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
 
     code = ("from dpcost import migration as m\n"
             "m.run_ddp({'slow': ['--no-batchnorm', '--epochs', '100000']}, nproc=2)\n")
-    caller = subprocess.Popen([sys.executable, "-c", code], cwd=m.ROOT)
+    # A process killed by SIGKILL cannot remove its temporary folder: keep it in tmp_path.
+    caller = subprocess.Popen([sys.executable, "-c", code], cwd=m.ROOT,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
     deadline = time.monotonic() + 120
     ranks = []
     while time.monotonic() < deadline and len(ranks) < 2:
