@@ -41,25 +41,50 @@ def _load_script():
     return sys.modules["gpu_memory_check"]
 
 
-def _run(tmp_path, *args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out_json, out_md = tmp_path / "gpu.json", tmp_path / "gpu.md"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--json", str(out_json),
-         "--markdown", str(out_md), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    return proc, out_json, out_md
+# The three runs the tests read, in ONE interpreter: torch and torch._dynamo load once (about
+# 2.5 s of CPU each time here), and each run is the script's own main() with its own arguments
+# and process group (world size 1, created and destroyed by main).
+RUNS = {"dry": (),
+        "budget": ("--budget-s", "0.001", "--only", "GPT-2 small/bf16"),
+        "sdpa": ("--sdpa-restrict", "always", "--only", "GPT-2 small/fp32")}
+DRIVER = """
+import json, sys
+sys.argv = [sys.argv[1]]
+import runpy
+script = runpy.run_path(sys.argv[0], run_name="gpu_memory_check")
+codes = {}
+for name, args in json.loads(sys.stdin.read()).items():
+    print(f"=== {name}", flush=True)
+    codes[name] = script["main"](args)
+print("codes", json.dumps(codes))
+"""
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    proc, out_json, out_md = _run(tmp_path_factory.mktemp("gpu"))
-    return proc, json.loads(out_json.read_text()), out_md.read_text()
+def runs(tmp_path_factory):
+    """name -> (exit code, report, markdown); plus the process's stdout and stderr."""
+    folder = tmp_path_factory.mktemp("gpu")
+    argv = {name: ["--device", "cpu", "--tiny", "--json", str(folder / f"{name}.json"),
+                   "--markdown", str(folder / f"{name}.md"), *args]
+            for name, args in RUNS.items()}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(SCRIPT)], input=json.dumps(argv),
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.rsplit("codes ", 1)[1])
+    return proc, {name: (codes[name], json.loads((folder / f"{name}.json").read_text()),
+                         (folder / f"{name}.md").read_text()) for name in RUNS}
 
 
-def test_dry_run_exits_cleanly(dry_run):
-    proc, report, _ = dry_run
-    assert proc.returncode == 0, proc.stderr
+@pytest.fixture(scope="module")
+def dry_run(runs):
+    return runs[1]["dry"]
+
+
+def test_dry_run_exits_cleanly(runs, dry_run):
+    proc, _ = runs
+    code, report, _ = dry_run
+    assert code == 0, proc.stderr
     assert "terminate called" not in proc.stderr
     assert report["backend"] == "gloo" and report["world_size"] == 1 and report["tiny"]
     assert report["device"] == "cpu"
@@ -187,10 +212,10 @@ def test_markdown_has_a_row_per_case_and_the_caveats(dry_run):
     assert report["command"] in md
 
 
-def test_budget_skips_every_case_but_still_predicts(tmp_path):
-    proc, out_json, out_md = _run(tmp_path, "--budget-s", "0.001", "--only", "GPT-2 small/bf16")
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out_json.read_text())
+def test_budget_skips_every_case_but_still_predicts(runs):
+    proc, results = runs
+    code, report, _ = results["budget"]
+    assert code == 0, proc.stderr
     assert [(c["precision"], c["attention"]) for c in report["cases"]] == [
         ("bf16", "eager"), ("bf16", "sdpa")]
     for case in report["cases"]:
@@ -198,14 +223,14 @@ def test_budget_skips_every_case_but_still_predicts(tmp_path):
         assert math.isfinite(case["predicted_total_bytes"]) and case["predicted_total_bytes"] > 0
 
 
-def test_sdpa_held_to_fused_kernels_falls_back_and_says_so(tmp_path):
+def test_sdpa_held_to_fused_kernels_falls_back_and_says_so(runs):
     # On CUDA "sdpa" may use only the flash and memory-efficient kernels. On this CPU neither
     # takes dropout, so SDPA refuses ("No available kernel") and the case reruns with PyTorch's
     # choice, saying so: the path a GPU whose kernels refuse a case takes.
-    proc, out_json, _ = _run(tmp_path, "--sdpa-restrict", "always", "--only",
-                             "GPT-2 small/fp32")
-    assert proc.returncode == 0, proc.stderr
-    cases = {c["attention"]: c for c in json.loads(out_json.read_text())["cases"]}
+    proc, results = runs
+    code, report, _ = results["sdpa"]
+    assert code == 0, proc.stderr
+    cases = {c["attention"]: c for c in report["cases"]}
     assert cases["sdpa"]["status"] == "ok"
     assert "SDPA refused (RuntimeError: No available kernel" in cases["sdpa"]["message"]
     assert cases["eager"]["status"] == "ok" and cases["eager"]["message"] == ""
