@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dpcost import buckets
 from dpcost.core import (
     check_choice,
     check_int,
@@ -65,20 +66,13 @@ from dpcost.core import (
     check_real,
     ddp_communication_volume,
 )
-from dpcost.dataparallel_traffic import (
-    DEFAULT_BUCKET_CAP_BYTES,
-    DEFAULT_FIRST_BUCKET_BYTES,
-    chain_broadcast_bytes,
-    chain_step_bytes,
-    compute_bucket_assignment_by_size,
-)
+from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
 from dpcost.presets import DTYPE_BYTES, GPUS
 
 __all__ = [
     "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
     "bytes_per_parameter", "model_state_bytes", "ring_allreduce_bytes", "allgather_bytes",
-    "reduce_scatter_bytes", "broadcast_bytes", "bucket_assignment", "ddp_bucket_caps",
-    "ddp_rebuilt_buckets",
+    "reduce_scatter_bytes", "broadcast_bytes",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
     "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
@@ -126,6 +120,12 @@ def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float
 
 
 _integer, _choice, _ranks = check_int, check_choice, check_ranks
+
+
+# aliases for notebooks and measure/, removed after merge (the owner is dpcost.buckets)
+bucket_assignment = buckets.bucket_assignment
+ddp_bucket_caps = buckets.ddp_bucket_caps
+ddp_rebuilt_buckets = buckets.ddp_rebuilt_buckets
 
 
 # --- model-state memory ---------------------------------------------------------------------
@@ -227,68 +227,6 @@ def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
             sends += 1
         i += 1
     return sends * s, received
-
-
-# --- buckets ---------------------------------------------------------------------------------
-
-def bucket_assignment(sizes_bytes, caps) -> list:
-    """Indices of the tensors in each bucket, as ``dist._compute_bucket_assignment_by_size``.
-
-    ``sizes_bytes``: each tensor's bytes, in the order they are bucketed (DDP's rebuilt buckets:
-    the order the gradients became ready). ``caps``: bucket size limits in bytes; bucket i
-    uses ``caps[min(i, len(caps) - 1)]``. A tensor joins the open bucket; the bucket closes
-    as soon as its size reaches its limit (>=), so it may overshoot by one tensor, and tensors
-    are never split (``reducer.cpp: compute_bucket_assignment_by_size``, one dtype and device).
-    """
-    sizes = [_real(s, f"sizes_bytes[{i}]") for i, s in enumerate(sizes_bytes)]
-    caps = [_real(c, f"caps[{i}]", 0.0, strict=True) for i, c in enumerate(caps)]
-    if not caps:
-        raise ValueError("caps must hold at least one bucket size limit, got []")
-    return compute_bucket_assignment_by_size(sizes, caps, tensor_indices=range(len(sizes)))[0]
-
-
-def ddp_bucket_caps(bucket_cap_mb=None) -> list:
-    """The caps DDP's rebuilt buckets use, in bytes, in the order the buckets are filled
-    (``distributed.py: _BucketCapacityConfig.create``; ``reducer.cpp: rebuild_buckets`` passes
-    ``[first_bucket_bytes_cap_, bucket_bytes_cap_]``).
-
-    Default (None): 1 MiB, then 25 MiB. The buckets are filled in the order the gradients
-    became ready, so the 1 MiB cap goes to bucket 0, the *first* bucket all-reduced (the last
-    layers'); the bucket all-reduced last, which no compute can hide, may hold up to 25 MiB
-    (plus one tensor). ``DDP_SET_LAST_BUCKET_CAP=1`` moves the small cap to the last bucket:
-    ``ddp_rebuilt_buckets(..., small_last_bucket=True)``. An explicit ``bucket_cap_mb`` (MiB,
-    ``int(bucket_cap_mb * 2**20)`` bytes) applies to every bucket, the first included.
-    The first iteration uses one bucket for all gradients (``compute_bucket_size_limits``
-    returns ``[sys.maxsize]`` without ``find_unused_parameters``).
-    """
-    if bucket_cap_mb is None:
-        return [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES]
-    cap = int(_real(bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True) * 2**20)
-    if cap <= 0:
-        raise ValueError(f"bucket_cap_mb must give a cap of at least 1 byte, got "
-                         f"{bucket_cap_mb!r}")
-    return [cap]
-
-
-def ddp_rebuilt_buckets(ready_sizes_bytes, bucket_cap_mb=None,
-                        small_last_bucket=False) -> list:
-    """Indices into ``ready_sizes_bytes`` of each rebuilt bucket, in the order DDP all-reduces
-    them (bucket 0 first), for gradients of one dtype listed in the order they became ready.
-
-    Default: ``bucket_assignment(ready_sizes_bytes, ddp_bucket_caps(bucket_cap_mb))``.
-    ``small_last_bucket=True`` is ``DDP_SET_LAST_BUCKET_CAP=1`` (``reducer.cpp:
-    rebuild_buckets``): the same caps over the *reversed* ready order, and the buckets
-    reversed again, so the first cap goes to the bucket all-reduced last.
-    """
-    if not isinstance(small_last_bucket, bool):
-        raise ValueError(f"small_last_bucket must be True or False, got {small_last_bucket!r}")
-    caps = ddp_bucket_caps(bucket_cap_mb)
-    if not small_last_bucket:
-        return bucket_assignment(ready_sizes_bytes, caps)
-    sizes = list(ready_sizes_bytes)
-    last = len(sizes) - 1
-    reversed_buckets = bucket_assignment(sizes[::-1], caps)
-    return [sorted(last - i for i in bucket) for bucket in reversed(reversed_buckets)]
 
 
 def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:

@@ -94,3 +94,13 @@ def test_the_check_finds_a_lazy_cycle_and_ignores_a_package_import(tmp_path):
     assert graph["pkg.sub.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.sub.a"}
     assert graph["pkg.c"] == {"pkg.sub"}
     assert cycles(graph) == [["pkg.sub.a", "pkg.sub.b"]]
+
+
+def test_the_figures_do_not_import_the_measurements():
+    """dpcost.plots sits below dpcost.measure (which needs torch): a figure of a measured
+    timeline reads its events through dpcost.timeline_events, not through measure."""
+    graph = import_graph(ROOT)
+    upward = {(m, t) for m, targets in graph.items() if m.startswith("dpcost.plots")
+              for t in targets if t.startswith("dpcost.measure")}
+    assert upward == set()
+    assert "dpcost.timeline_events" in graph["dpcost.plots.timeline"]

@@ -48,29 +48,7 @@ def test_gloo_broadcast_is_a_binomial_tree():
         (0, 1), (1, 0), (1, 1), (1, 1)]
 
 
-def test_bucket_assignment_closes_a_bucket_once_it_reaches_its_cap():
-    assert st.bucket_assignment([4, 4, 4, 4], [8]) == [[0, 1], [2, 3]]
-    assert st.bucket_assignment([3, 3, 3], [4, 100]) == [[0, 1], [2]]  # overshoots, first cap
-    assert st.bucket_assignment([10, 1, 1], [5]) == [[0], [1, 2]]  # never split
-    assert st.bucket_assignment([], [5]) == []
-
-
-def test_bucket_assignment_matches_torch():
-    torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-
-    cases = [([1000, 10, 1000, 10, 70_000], [4096, 100_000]), ([5] * 9, [16]),
-             ([2**18, 1, 2**18, 1], [2**20, 25 * 2**20])]
-    for numels, caps in cases:
-        tensors = [torch.empty(k) for k in numels]
-        theirs, _ = dist._compute_bucket_assignment_by_size(
-            tensors, caps, [False] * len(numels), list(range(len(numels))))
-        assert st.bucket_assignment([4 * k for k in numels], caps) == theirs
-
-
-def test_ddp_bucket_caps_and_latency():
-    assert st.ddp_bucket_caps() == [2**20, 25 * 2**20]
-    assert st.ddp_bucket_caps(0.5) == [2**19]  # an explicit cap applies to the first too
+def test_allreduce_latency():
     assert st.allreduce_latency_s(5, 4, 1e-5) == pytest.approx(5 * 6 * 1e-5)
 
 
@@ -195,10 +173,6 @@ def test_the_ladder_has_every_rung_in_order():
     (lambda: st.powersgd([(4, 4)], 2, 0), "matrix_approximation_rank"),
     (lambda: st.powersgd_elements([(4, 4)], -1), "matrix_approximation_rank"),
     (lambda: st.accumulation(1e6, 2, 0), "micro_steps"),
-    (lambda: st.ddp_bucket_caps(0), "bucket_cap_mb"),
-    (lambda: st.ddp_bucket_caps(-1.5), "bucket_cap_mb"),
-    (lambda: st.bucket_assignment([1], [0]), "caps"),
-    (lambda: st.bucket_assignment([1], []), "caps"),
     (lambda: st.bytes_per_parameter("fp8"), "precision"),
     (lambda: st.bytes_per_parameter("mixed", "lion"), "optimizer"),
     (lambda: st.compress_hook(1e6, 2, "fp8"), "dtype"),

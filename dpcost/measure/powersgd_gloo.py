@@ -93,12 +93,12 @@ def check_case(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0) -> dict:
 
 
 def predicted_buckets(bucket_cap_mb=None) -> int:
-    """Buckets DDP rebuilds for the probe's model (``dpcost.strategies.bucket_assignment``)."""
-    from dpcost import strategies as st
+    """Buckets DDP rebuilds for the probe's model (``dpcost.buckets.bucket_assignment``)."""
+    from dpcost.buckets import bucket_assignment, ddp_bucket_caps
     from dpcost.measure.strategy_scenarios import ready_order_bytes
 
     shapes = [(WIDTH, WIDTH), (WIDTH,)] * DEPTH
-    return len(st.bucket_assignment(ready_order_bytes(shapes), st.ddp_bucket_caps(bucket_cap_mb)))
+    return len(bucket_assignment(ready_order_bytes(shapes), ddp_bucket_caps(bucket_cap_mb)))
 
 
 # -- the rank ------------------------------------------------------------------------------
