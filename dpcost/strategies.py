@@ -67,10 +67,16 @@ from dpcost.core import (
     ddp_communication_volume,
 )
 from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
+from dpcost.memory import (
+    DEFAULT_PRECISION,
+    STRATEGIES,
+    model_state_bytes_per_parameter,
+    shard_model_states,
+)
 from dpcost.presets import DTYPE_BYTES, GPUS
 
 __all__ = [
-    "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
+    "StrategyCost", "BACKENDS", "COMPRESS_DTYPES",
     "bytes_per_parameter", "model_state_bytes", "ring_allreduce_bytes", "allgather_bytes",
     "reduce_scatter_bytes", "broadcast_bytes",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
@@ -82,10 +88,9 @@ __all__ = [
 # Bytes per element of the dtypes a hook or a precision uses.
 COMPRESS_DTYPES = ("fp16", "bf16")
 BACKENDS = ("gloo", "nccl")
-# Precision modes and optimizers: dpcost.memory's, one table for the course (ZeRO paper
-# section 3.1 for mixed precision; torch.optim.Adam's bf16 state measured in test_memory_torch).
-PRECISIONS = ("fp32", "mixed", "bf16")
-OPTIMIZERS = ("adam", "sgd_momentum", "sgd")
+# Precisions, optimizers and their bytes per parameter: dpcost.memory's tables, one for the
+# course (model_state_bytes_per_parameter checks both names). ZeRO stage i is memory's
+# STRATEGIES[i]: 0 DDP, 1 zero1, 2 zero2, 3 zero3.
 ZERO_STAGES = (0, 1, 2, 3)
 STATE_DEFINITIONS = ("after step", "peak")  # the module docstring defines both
 
@@ -130,43 +135,37 @@ ddp_rebuilt_buckets = buckets.ddp_rebuilt_buckets
 
 # --- model-state memory ---------------------------------------------------------------------
 
-def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> tuple:
-    """(p, g, K): bytes per parameter of the parameters, gradients and optimizer state.
+def bytes_per_parameter(precision: str = DEFAULT_PRECISION, optimizer: str = "adam") -> tuple:
+    """(p, g, K): bytes per parameter of the parameters, gradients and optimizer state, from
+    ``dpcost.memory.model_state_bytes_per_parameter`` (its precisions and optimizers).
 
     fp32 Adam 4 + 4 + 8 = 16; mixed-precision Adam 2 + 2 + 12 = 16 (fp32 master weights and
-    two fp32 moments: ZeRO paper, section 3.1); pure bf16 Adam 2 + 2 + 4 = 8
+    two fp32 moments: ZeRO paper, section 3.1); pure bf16 or fp16 Adam 2 + 2 + 4 = 8
     (``torch.optim.Adam`` makes its moments with ``zeros_like(param)``).
     """
-    from dpcost.memory import model_state_bytes_per_parameter
-
-    _choice(precision, "precision", PRECISIONS)
-    _choice(optimizer, "optimizer", OPTIMIZERS)
     per = model_state_bytes_per_parameter(precision, optimizer)
     return per["parameters"], per["gradients"], per["optimizer state"]
 
 
-def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes: float = 2,
-                      grad_bytes: float = 2, optimizer_bytes: float = 12) -> float:
+def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes=None,
+                      grad_bytes=None, optimizer_bytes=None) -> float:
     """Model-state bytes per rank under ZeRO ``stage`` (0 = DDP), ZeRO paper section 5.
 
     stage 0: (p + g + K) Psi; 1: (p + g) Psi + K Psi / n; 2: p Psi + (g + K) Psi / n;
-    3: (p + g + K) Psi / n. Defaults are mixed-precision Adam (2, 2, 12). Stage 3 is FSDP
-    full sharding between steps; during a layer's forward or backward it also holds that
-    layer's gathered parameters (and gradients), not counted here.
+    3: (p + g + K) Psi / n (``dpcost.memory.shard_model_states``). p, g, K default to
+    ``bytes_per_parameter()``: the course's default precision (fp32) with Adam, 4, 4, 8.
+    Stage 3 is FSDP full sharding between steps; during a layer's forward or backward it also
+    holds that layer's gathered parameters (and gradients), not counted here.
     """
     psi = _real(num_params, "num_params")
     n = _ranks(num_gpus)
     _choice(stage, "stage", ZERO_STAGES)
-    p = _real(param_bytes, "param_bytes")
-    g = _real(grad_bytes, "grad_bytes")
-    k = _real(optimizer_bytes, "optimizer_bytes")
-    if stage == 0:
-        return (p + g + k) * psi
-    if stage == 1:
-        return (p + g) * psi + k * psi / n
-    if stage == 2:
-        return p * psi + (g + k) * psi / n
-    return (p + g + k) * psi / n
+    default = bytes_per_parameter()
+    given = (param_bytes, grad_bytes, optimizer_bytes)
+    names = ("param_bytes", "grad_bytes", "optimizer_bytes")
+    per = {component: d if v is None else _real(v, name) for component, d, v, name in zip(
+        ("parameters", "gradients", "optimizer state"), default, given, names, strict=True)}
+    return sum(shard_model_states(per, psi, n, STRATEGIES[stage]).values())
 
 
 def _states(num_params, n, stage, precision, optimizer):
@@ -247,8 +246,17 @@ def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
 
 # --- the strategies ----------------------------------------------------------------------------
 
+def _dp_states(num_params, rank, precision, optimizer):
+    """DataParallel's model state on ``rank``: (p + g + K) Psi on GPU0, which holds the only
+    optimizer, (p + g) Psi on the others (their replicas and gradients); None without Psi."""
+    if num_params is None:
+        return None
+    p, g, k = bytes_per_parameter(precision, optimizer)
+    return (p + g + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+
+
 def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
-                 precision="fp32", optimizer="adam") -> StrategyCost:
+                 precision=DEFAULT_PRECISION, optimizer="adam") -> StrategyCost:
     """DataParallel on the copy path (no NCCL): the star through GPU0.
 
     GPU0 sends (n-1) P (``replicate``) and receives (n-1) P (``ReduceAddCoalesced``); any
@@ -259,10 +267,7 @@ def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
     rank = _integer(rank, "rank", 0)
     each = (n - 1) * p if rank == 0 else (p if n > 1 else 0.0)
-    states = None
-    if num_params is not None:
-        pb, gb, k = bytes_per_parameter(precision, optimizer)
-        states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    states = _dp_states(num_params, rank, precision, optimizer)
     return StrategyCost("DP (copy path)", each, each, 2 * (n - 1) if rank == 0 else 2, states,
                         states,
                         "GPU0: (n-1) P out + (n-1) P in; others P each way",
@@ -271,7 +276,7 @@ def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
 
 
 def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
-                 precision="fp32", optimizer="adam") -> StrategyCost:
+                 precision=DEFAULT_PRECISION, optimizer="adam") -> StrategyCost:
     """DataParallel on the NCCL path (modelled): ``comm.cpp: broadcast`` -> nccl broadcast and
     ``comm.py: reduce_add`` -> ``nccl.reduce``, pipelined chains. GPU0 sends about P (the
     broadcast) and receives about P (the reduce); it still broadcasts every step. Other ranks:
@@ -282,17 +287,14 @@ def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     if rank >= n:
         raise ValueError(f"rank must be < num_gpus = {n}, got {rank}")
     sent, received = chain_step_bytes(p, n)[rank] if n > 1 else (0.0, 0.0)
-    states = None
-    if num_params is not None:
-        pb, gb, k = bytes_per_parameter(precision, optimizer)
-        states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    states = _dp_states(num_params, rank, precision, optimizer)
     return StrategyCost("DP (NCCL path)", sent, received, 2 if n > 1 else 0, states, states,
                         "GPU0: about P out (broadcast) + P in (reduce), pipelined",
                         "torch/csrc/cuda/comm.cpp: broadcast -> nccl::broadcast; "
                         "torch/nn/parallel/comm.py: reduce_add -> nccl.reduce")
 
 
-def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision="fp32",
+def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision=DEFAULT_PRECISION,
         optimizer="adam") -> StrategyCost:
     """Plain DDP: one ring all-reduce per bucket, 2 (n-1)/n P sent and received per rank."""
     v = ring_allreduce_bytes(param_bytes, num_gpus)
@@ -304,7 +306,7 @@ def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision=
 
 
 def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
-                 samples_per_micro_step=None, num_params=None, precision="fp32",
+                 samples_per_micro_step=None, num_params=None, precision=DEFAULT_PRECISION,
                  optimizer="adam") -> StrategyCost:
     """DDP with ``no_sync()`` on the first k - 1 of k micro-steps: one all-reduce per step.
 
@@ -326,7 +328,7 @@ def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
 
 
 def compress_hook(param_bytes, num_gpus, dtype: str = "bf16", grad_dtype: str = "fp32",
-                  num_buckets: int = 1, num_params=None, precision="fp32",
+                  num_buckets: int = 1, num_params=None, precision=DEFAULT_PRECISION,
                   optimizer="adam") -> StrategyCost:
     """``fp16_compress_hook`` / ``bf16_compress_hook``: each bucket is cast to 16 bits and
     all-reduced (``default_hooks.py: _compress_hook``): 2 (n-1)/n P x 2 / w bytes, half of
@@ -384,7 +386,7 @@ def powersgd_elements(shapes, matrix_approximation_rank: int = 1,
 
 def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: int = 1_000,
              start_powersgd_iter: int = 1_000, min_compression_rate: float = 2,
-             element_bytes: int = 4, buckets=None, num_params=None, precision="fp32",
+             element_bytes: int = 4, buckets=None, num_params=None, precision=DEFAULT_PRECISION,
              optimizer="adam") -> StrategyCost:
     """``powerSGD_hook`` at DDP iteration ``iteration`` (0-based), per rank.
 
@@ -449,7 +451,7 @@ def zero1_partition(numels, num_gpus) -> list:
 
 def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str = "gloo",
           parameters_as_bucket_view: bool = False, num_buckets: int = 1,
-          precision="fp32", optimizer="adam") -> StrategyCost:
+          precision=DEFAULT_PRECISION, optimizer="adam") -> StrategyCost:
     """ZeRO-1: DDP + ``ZeroRedundancyOptimizer`` (``zero_redundancy_optimizer.py``).
 
     Gradients: DDP's all-reduce, 2 (n-1)/n P. After the local step on its shard, ``step``
@@ -485,7 +487,7 @@ def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str 
 
 
 def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str = "nccl",
-         num_units: int = 1, num_params=None, precision="fp32",
+         num_units: int = 1, num_params=None, precision=DEFAULT_PRECISION,
          optimizer="adam", local_numel=None) -> StrategyCost:
     """FSDP (``fully_shard``, ZeRO-3) per rank per step, for ``num_units`` sharded modules.
 
@@ -569,7 +571,7 @@ LADDER = ("DP (copy path)", "DP (NCCL path)", "DDP", "+ accumulation", "+ bf16 h
 
 def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: int = 4,
            powersgd_rank: int = 1, num_buckets: int = 1, num_units=None,
-           element_bytes: int = 4, precision="fp32", optimizer="adam") -> list:
+           element_bytes: int = 4, precision=DEFAULT_PRECISION, optimizer="adam") -> list:
     """The lesson's ladder for one model given by its parameters' ``shapes``: a list of
     ``StrategyCost`` for ``rank``, one per rung in ``LADDER`` (PowerSGD after its start).
     Model state is this rank's: ZeRO-1's optimizer shard and FSDP's parameter shards as
@@ -598,7 +600,7 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
 H100_SXM_MEMORY_BYTES = GPUS["H100 SXM 80GB"].memory_bytes
 
 
-def ladder_model_states(num_params, num_gpus, precision: str = "mixed",
+def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION,
                         optimizer: str = "adam", definition: str = "peak") -> dict:
     """Model-state bytes per GPU on each rung of ``LADDER`` for a model of ``num_params``
     (the busiest GPU: GPU0 under DP), by ``definition``, one of ``STATE_DEFINITIONS`` (the
