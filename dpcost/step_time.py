@@ -6,7 +6,7 @@ comes from PyTorch's code, not from one big tensor:
 
 - DDP: one ring all-reduce per gradient bucket (``reducer.cpp: Reducer::all_reduce_bucket``),
   ``2 (n-1) alpha + 2 (n-1)/n b / beta`` for a bucket of b bytes; the buckets come from real
-  parameter sizes (``dataparallel_traffic.ddp_buckets_from_sizes``): one bucket in the first
+  parameter sizes (``buckets.ddp_buckets_from_sizes``): one bucket in the first
   iteration, then caps of 1 MiB and 25 MiB.
 - DataParallel: one broadcast per 10 MiB chunk of ``broadcast_coalesced`` and one reduce per
   chunk of ``reduce_add_coalesced``, ``(n-1) alpha`` each, plus the bytes over GPU0's link:

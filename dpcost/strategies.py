@@ -74,6 +74,7 @@ from dpcost.memory import (
     shard_model_states,
 )
 from dpcost.presets import DTYPE_BYTES, GPUS
+from dpcost.step_time import ring_allreduce_terms
 
 __all__ = [
     "StrategyCost", "BACKENDS", "COMPRESS_DTYPES",
@@ -229,12 +230,14 @@ def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
 
 
 def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
-    """The latency term of a step's all-reduces on a ring: buckets x 2 (n-1) alpha seconds."""
+    """The latency term of a step's all-reduces on a ring: buckets x 2 (n-1) alpha seconds,
+    ``step_time.ring_allreduce_terms``' latency once per bucket (one all-reduce each)."""
     b = _integer(num_buckets, "num_buckets", 0)
     n = _ranks(num_gpus)
     alpha = _real(latency_s, "latency_s")
+    per_bucket, _ = ring_allreduce_terms(0, n, 1.0, alpha)  # no bytes: the bandwidth is moot
     try:
-        seconds = float(b) * 2 * (n - 1) * alpha
+        seconds = float(b) * per_bucket
     except OverflowError:  # an int past a float's range
         seconds = math.inf
     if not math.isfinite(seconds):
