@@ -10,12 +10,17 @@ the busiest link, the one that decides when the step is done:
   messages of S through GPU0's link, one after the other: 2 (n - 1) alpha + 2 (n - 1) S / beta.
 
 The bandwidth terms differ by exactly n; the latency terms are equal and grow with n.
-These four functions treat the whole model as ONE message stream (one all-reduce, one
-broadcast and one reduce) and the star is the copy path. The real message counts are per
-bucket and per chunk: ``ddp_bucketed_time_terms`` (one ring per DDP bucket) and
-``dp_chunked_time_terms`` (one broadcast and one reduce per 10 MiB chunk, on the copy or the
-NCCL path); ``dpcost.step_time`` adds compute and overlap.
-Pure Python (no numpy), so the explorer can call it cheaply.
+``ddp_communication_time_terms`` and ``dp_communication_time_terms`` treat the whole model as
+ONE message stream (one all-reduce, one broadcast and one reduce) and the star is the copy
+path. The real message counts are per bucket and per chunk: ``ddp_bucketed_time_terms`` (one
+ring per DDP bucket) and ``dp_chunked_time_terms`` (one broadcast and one reduce per 10 MiB
+chunk, on the copy or the NCCL path).
+
+This module is the lessons' face of the time model: DDP's ring terms are
+``dpcost.step_time.ring_allreduce_terms`` and ``bucketed_allreduce_terms`` (their owner, which
+also adds compute and overlap), taking the five functions' ``model_size_bytes``. A size whose
+time is past a float's range (an int such as 10**400) is refused with a ValueError, as in
+``step_time``. Pure Python (no numpy), so the explorer can call it cheaply.
 """
 
 from __future__ import annotations
@@ -23,36 +28,25 @@ from __future__ import annotations
 import math
 
 from dpcost.core import check_model_size_bytes, check_num_gpus, check_real
-from dpcost.dataparallel_traffic import DP_CHUNK_BYTES
+from dpcost.dataparallel_traffic import DP_CHUNK_BYTES, DP_PATHS
+from dpcost.step_time import bucketed_allreduce_terms, ring_allreduce_terms
 
 __all__ = [
     "ddp_communication_time_terms",
     "dp_communication_time_terms",
-    "ddp_communication_time",
-    "dp_communication_time",
     "ddp_bucketed_time_terms",
     "dp_chunked_time_terms",
 ]
 
 
-def _check_real(value, name: str) -> float:
-    """``value`` as a finite float; TypeError unless it is a real number (not bool)."""
-    return check_real(value, name)
-
-
 def _check_inputs(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s):
+    """The five functions' checks on S and n, then a link: beta > 0 and alpha >= 0, finite.
+    ValueError naming model_size_bytes when S is past a float's range (10**400)."""
     size = check_model_size_bytes(model_size_bytes)
     n = check_num_gpus(num_gpus)
-    beta = _check_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s")
-    if beta <= 0:
-        raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s!r}")
-    alpha = _check_real(latency_s, "latency_s")
-    if alpha < 0:
-        raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
-    try:
-        size = float(size)
-    except OverflowError:  # an exact int too large for a float
-        size = math.inf
+    beta = check_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", 0.0, strict=True)
+    alpha = check_real(latency_s, "latency_s", 0.0)
+    size = check_real(size, "model_size_bytes", 0.0, what="a number of bytes")
     return size, n, beta, alpha
 
 
@@ -62,13 +56,11 @@ def ddp_communication_time_terms(
     """(latency term, bandwidth term) in seconds of a ring all-reduce of S bytes on n ranks.
 
     ``(2 (n - 1) * alpha, 2 (n - 1) / n * S / beta)``: 2 (n - 1) steps, each one message of
-    S / n bytes per rank. Returns (0.0, 0.0) for n <= 1.
+    S / n bytes per rank (``step_time.ring_allreduce_terms``). Returns (0.0, 0.0) for n <= 1.
     """
     size, n, beta, alpha = _check_inputs(
         model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
-    if n <= 1:
-        return 0.0, 0.0
-    return 2 * (n - 1) * alpha, 2 * (n - 1) / n * size / beta
+    return ring_allreduce_terms(size, n, beta, alpha)
 
 
 def dp_communication_time_terms(
@@ -84,36 +76,24 @@ def dp_communication_time_terms(
         model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
     if n <= 1:
         return 0.0, 0.0
-    return 2 * (n - 1) * alpha, 2 * (n - 1) * size / beta
+    return _finite(2 * (n - 1) * alpha, 2 * (n - 1) * size / beta)
 
 
-def ddp_communication_time(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
-    """Seconds for DDP's ring all-reduce: latency term + bandwidth term (alpha-beta model)."""
-    return sum(ddp_communication_time_terms(
-        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s))
-
-
-def dp_communication_time(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
-    """Seconds for DP's star through GPU0: latency term + bandwidth term (alpha-beta model)."""
-    return sum(dp_communication_time_terms(
-        model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s))
+def _finite(latency: float, bandwidth: float) -> tuple[float, float]:
+    if not math.isfinite(latency + bandwidth):
+        raise ValueError("model_size_bytes over bandwidth_bytes_per_s takes longer than a float "
+                         f"can hold: {latency!r} + {bandwidth!r} s")
+    return latency, bandwidth
 
 
 def ddp_bucketed_time_terms(bucket_bytes, num_gpus, bandwidth_bytes_per_s,
                             latency_s) -> tuple[float, float]:
-    """(latency, bandwidth) seconds of DDP's all-reduces, one ring per bucket.
-
+    """(latency, bandwidth) seconds of DDP's all-reduces, one ring per bucket:
+    ``step_time.bucketed_allreduce_terms``,
     ``(2 (n-1) alpha x len(buckets), 2 (n-1)/n x sum(buckets) / beta)``. Buckets from
-    ``dataparallel_traffic.ddp_buckets_from_sizes`` (or ``ddp_bucket_sizes``).
+    ``dpcost.buckets.ddp_buckets_from_sizes`` (or ``ddp_bucket_sizes``).
     """
-    from dpcost.step_time import _sizes
-
-    sizes = _sizes(bucket_bytes, "bucket_bytes")
-    n = check_num_gpus(num_gpus)
-    _, _, beta, alpha = _check_inputs(0, n, bandwidth_bytes_per_s, latency_s)
-    if n <= 1:
-        return 0.0, 0.0
-    return 2 * (n - 1) * alpha * len(sizes), 2 * (n - 1) / n * sum(sizes) / beta
+    return bucketed_allreduce_terms(bucket_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
 
 
 def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s,
@@ -127,13 +107,11 @@ def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, lat
     """
     size, n, beta, alpha = _check_inputs(
         model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
-    if path not in ("copy", "nccl"):
+    if path not in DP_PATHS:
         raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
-    limit = _check_real(chunk_bytes, "chunk_bytes")
-    if limit <= 0:
-        raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes!r}")
+    limit = check_real(chunk_bytes, "chunk_bytes", 0.0, strict=True)
     if n <= 1:
         return 0.0, 0.0
     chunks = math.ceil(size / limit) if size > 0 else 0
     bandwidth = 2 * (n - 1) * size / beta if path == "copy" else 2 * size / beta
-    return 2 * chunks * (n - 1) * alpha, bandwidth
+    return _finite(2 * chunks * (n - 1) * alpha, bandwidth)

@@ -54,6 +54,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dpcost import buckets
+from dpcost.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, ddp_bucket_sizes
 from dpcost.core import check_num_gpus, check_real, ddp_communication_volume
 from dpcost.presets import resnet50_layers
 
@@ -61,12 +63,7 @@ __all__ = [
     "StepTransfer",
     "dp_step_transfers",
     "dp_full_volume",
-    "ddp_bucket_sizes",
     "ddp_step_transfers",
-    "gpu0_bytes",
-    "total_bytes",
-    "DEFAULT_BUCKET_CAP_BYTES",
-    "DEFAULT_FIRST_BUCKET_BYTES",
     "resnet50_counts",
     "DP_CHUNK_BYTES",
     "DP_PATHS",
@@ -83,17 +80,11 @@ __all__ = [
     "gpu_busy_bytes",
     "dp_messages",
     "busy_time_ratio",
-    "compute_bucket_assignment_by_size",
-    "ddp_buckets_from_sizes",
     "resnet50_parameter_bytes",
     "resnet50_ready_order_bytes",
 ]
 
-# torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB = 25 (MiB), and
-# torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB (both checked in tests against torch).
-DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20
-DEFAULT_FIRST_BUCKET_BYTES = 1 * 2**20
-
+ddp_buckets_from_sizes = buckets.ddp_buckets_from_sizes  # alias for notebooks, removed after merge
 
 @dataclass(frozen=True)
 class StepTransfer:
@@ -184,45 +175,6 @@ def dp_full_volume(
     return (n - 1) * (P + B + G) + (n - 1) / n * (I + 2 * O)
 
 
-def ddp_bucket_sizes(
-    grad_bytes,
-    bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
-    first_bucket_bytes=DEFAULT_FIRST_BUCKET_BYTES,
-) -> list[float]:
-    """Bytes in each of DDP's gradient buckets, in the order they are all-reduced.
-
-    ``grad_bytes`` is either one number (a gradient stream cut exactly at the caps:
-    ``[first, cap, cap, ..., rest]``) or a sequence of per-parameter gradient sizes in the order
-    their gradients become ready. For a sequence, the reducer's rule applies
-    (``reducer.cpp: compute_bucket_assignment_by_size``): parameters join the open bucket until
-    its size reaches the cap (>=), so a bucket can overshoot by one parameter; the first bucket
-    uses ``first_bucket_bytes``, the rest ``bucket_cap_bytes``. Defaults are DDP's: 1 MiB then
-    25 MiB. DDP uses these caps from the second iteration on, once buckets are rebuilt in the
-    real gradient order; the first iteration is bucketed by registration order (in torch 2.13
-    as one bucket unless ``find_unused_parameters``). Passing ``bucket_cap_mb`` to DDP makes the
-    first bucket as large as the others: call with ``first_bucket_bytes=bucket_cap_bytes``.
-    """
-    cap = _check_bytes(bucket_cap_bytes, "bucket_cap_bytes")
-    first = _check_bytes(first_bucket_bytes, "first_bucket_bytes")
-    if cap <= 0 or first <= 0:
-        raise ValueError(
-            f"bucket_cap_bytes and first_bucket_bytes must be > 0, got {cap!r} and {first!r}")
-    if isinstance(grad_bytes, Sequence) and not isinstance(grad_bytes, str):
-        sizes = [_check_bytes(s, f"grad_bytes[{i}]") for i, s in enumerate(grad_bytes)]
-        indices, _ = compute_bucket_assignment_by_size(sizes, [first, cap],
-                                                       tensor_indices=range(len(sizes)))
-        return [sum(sizes[i] for i in bucket) for bucket in indices]
-    total = _check_bytes(grad_bytes, "grad_bytes")
-    if total <= first:
-        return [total] if total > 0 else []
-    buckets, rest = [first], total - first
-    full = int(rest // cap)
-    buckets += [cap] * full
-    if rest - full * cap > 0:
-        buckets.append(rest - full * cap)
-    return buckets
-
-
 def ddp_step_transfers(
     param_bytes,
     buffer_bytes,
@@ -284,16 +236,6 @@ def ddp_step_transfers(
         "optimizer step", "every rank updates its own replica with the same averaged gradients",
         "torch/optim: optimizer.step() on each rank", 0.0, 0.0, 0.0))
     return rows
-
-
-def gpu0_bytes(rows: list[StepTransfer]) -> float:
-    """Bytes through GPU0's link (sent + received) over ``rows``."""
-    return sum(r.gpu0_sent_bytes + r.gpu0_received_bytes for r in rows)
-
-
-def total_bytes(rows: list[StepTransfer]) -> float:
-    """Bytes over all links together over ``rows``."""
-    return sum(r.total_bytes for r in rows)
 
 
 def resnet50_counts(num_classes: int = 1000) -> dict[str, int]:
@@ -600,80 +542,6 @@ def busy_time_ratio(num_gpus, path="nccl") -> float:
     if n <= 1:
         return 1.0
     return float(n) if path == "copy" else n / (n - 1)
-
-
-# --- DDP's bucket assignment, reimplemented without torch ----------------------------------
-
-
-def compute_bucket_assignment_by_size(tensor_bytes, bucket_size_limits, dtypes=None,
-                                      tensor_indices=None):
-    """Pure-Python ``torch.distributed._compute_bucket_assignment_by_size`` (reducer.cpp).
-
-    ``tensor_bytes[i]``: bytes of tensor i (numel * element size), in the order given (DDP's
-    constructor passes registration order; the rebuild passes gradient-ready order with
-    ``tensor_indices``). Tensors are grouped per ``dtypes[i]`` (one group if None); a group's
-    bucket closes as soon as its size reaches the current limit (>=), then the group moves to
-    the next limit, staying on the last one; tensors are never split. The open buckets are
-    appended at the end. Without ``tensor_indices`` the buckets are sorted by their smallest
-    tensor index, as torch does; with them, bucket entries are ``tensor_indices[i]``.
-    Returns (bucket_indices, per_bucket_size_limits), like torch.
-
-    DDP (torch 2.13, ``distributed.py: BucketCapacityConfig.compute_bucket_size_limits``)
-    calls it with ``[sys.maxsize]`` at construction unless ``find_unused_parameters``: one
-    bucket in the first iteration. The rebuild after it (``Reducer::rebuild_buckets``) uses
-    ``[1 MiB, 25 MiB]`` over the gradient-ready order.
-    """
-    if isinstance(tensor_bytes, str) or not isinstance(tensor_bytes, Sequence):
-        raise TypeError(f"tensor_bytes must be a sequence of sizes, got "
-                        f"{type(tensor_bytes).__name__}")
-    sizes = [_check_bytes(s, f"tensor_bytes[{i}]") for i, s in enumerate(tensor_bytes)]
-    if isinstance(bucket_size_limits, str) or not isinstance(bucket_size_limits, Sequence) \
-            or not bucket_size_limits:
-        raise ValueError(f"bucket_size_limits must be a non-empty sequence, got "
-                         f"{bucket_size_limits!r}")
-    limits = [_check_bytes(x, f"bucket_size_limits[{i}]")
-              for i, x in enumerate(bucket_size_limits)]
-    if dtypes is not None and len(dtypes) != len(sizes):
-        raise ValueError(f"dtypes must have one entry per tensor ({len(sizes)}), got "
-                         f"{len(dtypes)}")
-    if tensor_indices is not None and len(tensor_indices) != len(sizes):
-        raise ValueError(f"tensor_indices must have one entry per tensor ({len(sizes)}), got "
-                         f"{len(tensor_indices)}")
-    open_buckets: dict = {}  # key -> [indices, size, limit position]
-    result = []
-    for i, size in enumerate(sizes):
-        index = tensor_indices[i] if tensor_indices is not None else i
-        key = dtypes[i] if dtypes is not None else None
-        bucket = open_buckets.setdefault(key, [[], 0.0, 0])
-        bucket[0].append(index)
-        bucket[1] += size
-        limit = limits[bucket[2]]
-        if bucket[1] >= limit:
-            result.append((bucket[0], limit))
-            open_buckets[key] = [[], 0.0, min(bucket[2] + 1, len(limits) - 1)]
-    for indices, _, position in open_buckets.values():
-        if indices:
-            result.append((indices, limits[position]))
-    if tensor_indices is None:
-        result.sort(key=lambda item: min(item[0]))
-    return [list(ix) for ix, _ in result], [lim for _, lim in result]
-
-
-def ddp_buckets_from_sizes(ready_order_bytes, first_iteration=False,
-                           bucket_cap_bytes=DEFAULT_BUCKET_CAP_BYTES,
-                           first_bucket_bytes=DEFAULT_FIRST_BUCKET_BYTES) -> list[float]:
-    """Bytes of DDP's buckets from per-parameter gradient bytes in gradient-ready order.
-
-    ``first_iteration``: one bucket of everything (torch 2.13's default). Otherwise the rebuilt
-    buckets: caps ``first_bucket_bytes`` then ``bucket_cap_bytes`` (1 MiB, 25 MiB).
-    """
-    if first_iteration:
-        sizes = [_check_bytes(s, f"ready_order_bytes[{i}]")
-                 for i, s in enumerate(ready_order_bytes)]
-        return [sum(sizes)] if sizes else []
-    indices, _ = compute_bucket_assignment_by_size(
-        ready_order_bytes, [first_bucket_bytes, bucket_cap_bytes])
-    return [float(sum(ready_order_bytes[i] for i in bucket)) for bucket in indices]
 
 
 def resnet50_parameter_bytes(dtype_bytes: int = 4, num_classes: int = 1000):

@@ -80,12 +80,15 @@ __all__ = [
     "PrecisionMode",
     "PRECISION_MODES",
     "PRECISIONS",
+    "DEFAULT_PRECISION",
     "OPTIMIZERS",
     "ATTENTIONS",
     "STRATEGIES",
     "COMPONENTS",
     "MODEL_STATE_COMPONENTS",
     "model_state_bytes_per_parameter",
+    "SHARDED_COMPONENTS",
+    "shard_model_states",
     "transformer_layer_activation_parts",
     "transformer_layer_activation_bytes",
     "resnet50_activation_bytes",
@@ -136,6 +139,12 @@ PRECISION_MODES: dict[str, PrecisionMode] = {
         "torch/optim/adam.py: _init_group, zeros_like(param) keeps fp16"),
 }
 PRECISIONS = tuple(PRECISION_MODES)
+# The course's default precision, for every function that takes one (memory, strategies,
+# plots): fp32, because it is what PyTorch trains in when nothing else is asked for
+# (torch.get_default_dtype() is float32; torch.optim.Adam then keeps fp32 moments) and what
+# every measurement of the course runs (gloo, CPU, fp32). Mixed precision, the large models'
+# layout (ZeRO paper Sec. 3.1), is always asked for by name.
+DEFAULT_PRECISION = "fp32"
 
 # Moments per parameter: SGD none, momentum one buffer, Adam two (exp_avg, exp_avg_sq).
 _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
@@ -146,6 +155,10 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 COMPONENTS = ("parameters", "gradients", "optimizer state", "DDP bucket copy",
               "DP reduce buffer", "activations", "outputs", "loss and output grads")
 MODEL_STATE_COMPONENTS = ("parameters", "gradients", "optimizer state")
+# What each strategy divides among the n ranks (ZeRO paper Sec. 5: P_os, P_os+g, P_os+g+p).
+SHARDED_COMPONENTS = {"ddp": (), "zero1": ("optimizer state",),
+                      "zero2": ("gradients", "optimizer state"),
+                      "zero3": MODEL_STATE_COMPONENTS}
 
 
 # --- input checks ---------------------------------------------------------------------------
@@ -173,14 +186,14 @@ def _precision(precision, dtype) -> str:
             raise TypeError(f"give precision or dtype, not both (precision={precision!r}, "
                             f"dtype={dtype!r})")
         return _check_choice("dtype", dtype, PRECISION_MODES)
-    return _check_choice("precision", "fp32" if precision is None else precision,
+    return _check_choice("precision", DEFAULT_PRECISION if precision is None else precision,
                          PRECISION_MODES)
 
 
 # --- model states ---------------------------------------------------------------------------
 
 
-def model_state_bytes_per_parameter(precision: str = "fp32",
+def model_state_bytes_per_parameter(precision: str = DEFAULT_PRECISION,
                                     optimizer: str = "adam") -> dict[str, int]:
     """Bytes per parameter of the model states: {"parameters", "gradients", "optimizer state"}.
 
@@ -195,8 +208,21 @@ def model_state_bytes_per_parameter(precision: str = "fp32",
             "optimizer state": mode.master_bytes + moments * mode.state_bytes}
 
 
+def shard_model_states(per_parameter: dict, parameters: float, num_ranks: int,
+                       strategy: str) -> dict[str, float]:
+    """Model-state bytes per rank by component: ``per_parameter[c] x parameters``, divided by
+    n = ``num_ranks`` for the components ``strategy`` shards (``SHARDED_COMPONENTS``).
+
+    The ZeRO rule alone, for callers that have checked their inputs (``strategies`` takes a
+    real parameter count and its own p, g, K): ``model_state_bytes_per_rank`` checks them.
+    """
+    sharded = SHARDED_COMPONENTS[_check_choice("strategy", strategy, STRATEGIES)]
+    return {c: per_parameter[c] * parameters / (num_ranks if c in sharded else 1)
+            for c in MODEL_STATE_COMPONENTS}
+
+
 def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = "ddp",
-                               precision: str = "mixed",
+                               precision: str = DEFAULT_PRECISION,
                                optimizer: str = "adam") -> dict[str, float]:
     """Model-state bytes per rank under DDP or ZeRO stage 1/2/3, by component.
 
@@ -216,18 +242,16 @@ def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = 
     """
     n_params = check_parameter_count(parameters)
     n = _check_int("num_ranks", num_ranks, 1)
-    _check_choice("strategy", strategy, STRATEGIES)
+    _check_choice("strategy", strategy, STRATEGIES)  # before the precision, as it always was
     per = model_state_bytes_per_parameter(precision, optimizer)
-    stage = STRATEGIES.index(strategy)  # 0 ddp, 1 optimizer state, 2 + gradients, 3 + params
-    sharded = {"optimizer state": stage >= 1, "gradients": stage >= 2, "parameters": stage >= 3}
-    return {c: per[c] * n_params / (n if sharded[c] else 1) for c in MODEL_STATE_COMPONENTS}
+    return shard_model_states(per, n_params, n, strategy)
 
 
 # --- activations ----------------------------------------------------------------------------
 
 
 def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, batch: int = 1,
-                                       precision: str = "mixed",
+                                       precision: str = DEFAULT_PRECISION,
                                        attention: str = "eager") -> dict[str, float]:
     """Bytes one transformer layer keeps for backward, in three parts.
 
@@ -267,7 +291,7 @@ def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, ba
 
 
 def transformer_layer_activation_bytes(seq_len: int, hidden: int, heads: int, batch: int = 1,
-                                       precision: str = "mixed",
+                                       precision: str = DEFAULT_PRECISION,
                                        attention: str = "eager") -> float:
     """Sum of ``transformer_layer_activation_parts``: bytes per layer kept for backward.
 
@@ -278,7 +302,8 @@ def transformer_layer_activation_bytes(seq_len: int, hidden: int, heads: int, ba
                                                         precision, attention).values()))
 
 
-def resnet50_activation_bytes(image_size: int = 224, precision: str = "fp32") -> float:
+def resnet50_activation_bytes(image_size: int = 224,
+                              precision: str = DEFAULT_PRECISION) -> float:
     """ResNet-50's bytes kept for backward per image: the feature maps at the mode's width.
 
     ``dpcost.presets.resnet50_activation_bytes_per_sample`` counts E fp32 elements and the
@@ -300,7 +325,7 @@ def _shape_of(model: ModelPreset):
     return TRANSFORMER_SHAPES.get(model.name)
 
 
-def activation_bytes_per_sample(model: ModelPreset, precision: str = "fp32",
+def activation_bytes_per_sample(model: ModelPreset, precision: str = DEFAULT_PRECISION,
                                 attention: str = "eager") -> float:
     """Bytes of activations one sample keeps for backward under ``precision`` and ``attention``.
 
@@ -336,12 +361,12 @@ def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer
 
     Returns {"dp_gpu0": {...}, "dp_other": {...}, "ddp_rank": {...}}, each a dict component ->
     bytes with exactly the keys of ``COMPONENTS`` in that order (0.0 where a GPU holds none).
-    ``precision`` is one of ``PRECISION_MODES`` (default "fp32"); ``dtype`` is its former name,
-    kept for callers (its fp32/bf16/fp16 are the pure modes). ``batch_size`` is the global
-    batch b: DP scatters b/n samples to each GPU, each DDP rank holds b/n (a fraction when n
-    does not divide b: a smooth model). With p, g, k bytes per parameter
-    (``model_state_bytes_per_parameter``), A = ``activation_bytes_per_sample`` and O the whole
-    batch's outputs at the activations' width w:
+    ``precision`` is one of ``PRECISION_MODES`` (default ``DEFAULT_PRECISION``, fp32);
+    ``dtype`` is its former name, kept for callers (its fp32/bf16/fp16 are the pure modes).
+    ``batch_size`` is the global batch b: DP scatters b/n samples to each GPU, each DDP rank
+    holds b/n (a fraction when n does not divide b: a smooth model). With p, g, k bytes per
+    parameter (``model_state_bytes_per_parameter``), A = ``activation_bytes_per_sample`` and O
+    the whole batch's outputs at the activations' width w:
 
     ==========  ====  ====  ====  ===========  ===========  =======  =====  ==========
     GPU         par.  grad  opt.  DDP buckets  DP reduce    activ.   outp.  loss+grads
@@ -437,7 +462,8 @@ def dp_reduce_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
 
 
 def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: str = "ddp",
-                optimizer: str = "adam", precision: str = "mixed", *, attention: str = "eager",
+                optimizer: str = "adam", precision: str = DEFAULT_PRECISION, *,
+                attention: str = "eager",
                 gradient_as_bucket_view: bool = False) -> dict[str, float]:
     """Bytes one data-parallel rank holds under ``strategy``, with ``COMPONENTS``' keys.
 

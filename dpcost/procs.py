@@ -2,7 +2,10 @@
 
 Standard library only, at the bottom of the package: the launcher of ranks
 (``measure/launch.py``), the PowerSGD probe, the migration runner, the exercise checkers and the
-tests all import these rather than keep copies.
+tests all import these rather than keep copies: the parent-death signal, a free port, the
+environment of a child that runs the course (``child_env``), killing a child with everything
+under it (``kill_tree``), an exit status in words, and writing all of a buffer to a file
+descriptor (``write_all``).
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the folder that holds dpcost/
 
 
 def die_with_parent() -> None:
@@ -33,6 +39,127 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python that runs the course's code: this process's, with
+    the repository first on PYTHONPATH (the child imports this ``dpcost``, installed or not),
+    OMP_NUM_THREADS=1 (ranks share the cores; each using all of them slows every one), and
+    ``extra`` on top."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **extra}
+
+
+def _proc_stats() -> dict[int, tuple[int, int, int, int]]:
+    """{pid: (parent pid, process group, session, start time)} of every process /proc shows
+    (Linux; none elsewhere). After "(comm)" in /proc/PID/stat come state, ppid, pgrp, session;
+    the start time (clock ticks after boot) is the 20th field there, and tells a process from
+    a later one that reused its pid."""
+    rows = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return rows
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            rows[int(entry)] = tuple(int(fields[i]) for i in (1, 2, 3, 19))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return rows
+
+
+def _descendants(pid: int, stats) -> dict[int, int]:
+    """{pid: start time} of the children, grandchildren, ... of ``pid``, by parent links: they
+    reach processes that moved to a session of their own (torchrun starts each rank with
+    ``start_new_session``)."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _, _, _) in stats.items():
+        children.setdefault(parent, []).append(child)
+    found, frontier = {}, [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        found.update((c, stats[c][3]) for c in frontier)
+    return found
+
+
+def _unreaped(process) -> bool:
+    """Running, or a zombie not yet waited for: its pid (and a group or session it leads)
+    cannot belong to another process yet. ``multiprocessing`` polls in ``exitcode``, so a
+    zombie there is reaped and counts as gone."""
+    if isinstance(process, subprocess.Popen):
+        return process.returncode is None
+    return process.exitcode is None
+
+
+def _reap(process, timeout_s: float | None = None) -> bool:
+    """Wait for ``process`` (a Popen or a multiprocessing Process); True once it has exited."""
+    if isinstance(process, subprocess.Popen):
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    process.join(timeout_s)
+    return process.exitcode is not None
+
+
+def _sigkill(kill, target: int) -> None:
+    try:
+        kill(target, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # gone already, or no such group
+
+
+def kill_tree(process, grace_s: float = 0.0) -> None:
+    """End ``process`` (a ``subprocess.Popen`` or a ``multiprocessing`` Process) and every
+    process under it, then wait for it: nothing it started outlives this call.
+
+    With ``grace_s`` > 0 it first gets SIGTERM and that many seconds to clean up (torchrun
+    passes SIGTERM on to its ranks). Then SIGKILL, in this order: the child itself (a dead
+    child forks no more, and its pid stays reserved until it is reaped, so no stranger is
+    hit); its process group and every process of its session (a child started with
+    ``start_new_session``/``os.setsid`` leads both; a grandchild may have moved to a group of
+    its own); and every descendant found by parent links before the kill (one that moved to
+    a session of its own). A child already reaped is left alone, with its group: its pid may
+    belong to someone else by now.
+    """
+    if not _unreaped(process):
+        return
+    pid = process.pid
+    family = _descendants(pid, _proc_stats())  # before the kill: orphans lose the link
+    if grace_s > 0:
+        _sigterm_and_wait(process, grace_s)
+    if _unreaped(process):
+        _sigkill(os.kill, pid)
+        _sigkill(os.killpg, pid)
+        for member, (_, _, session, _) in _proc_stats().items():
+            if session == pid and member != pid:
+                _sigkill(os.kill, member)
+    now = _proc_stats()
+    for member, start in family.items():
+        if member in now and now[member][3] == start:  # the same process, not a new one
+            _sigkill(os.kill, member)
+    _reap(process)
+
+
+def _sigterm_and_wait(process, grace_s: float) -> None:
+    try:
+        os.kill(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    _reap(process, grace_s)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to file descriptor ``fd``: ``os.write`` may write fewer
+    bytes than asked (a pipe nearly full, a signal), so it loops until none is left."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def exit_cause(code: int) -> str:

@@ -6,7 +6,7 @@ comes from PyTorch's code, not from one big tensor:
 
 - DDP: one ring all-reduce per gradient bucket (``reducer.cpp: Reducer::all_reduce_bucket``),
   ``2 (n-1) alpha + 2 (n-1)/n b / beta`` for a bucket of b bytes; the buckets come from real
-  parameter sizes (``dataparallel_traffic.ddp_buckets_from_sizes``): one bucket in the first
+  parameter sizes (``buckets.ddp_buckets_from_sizes``): one bucket in the first
   iteration, then caps of 1 MiB and 25 MiB.
 - DataParallel: one broadcast per 10 MiB chunk of ``broadcast_coalesced`` and one reduce per
   chunk of ``reduce_add_coalesced``, ``(n-1) alpha`` each, plus the bytes over GPU0's link:
@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from dpcost.core import check_int, check_num_gpus, check_real
 
 __all__ = [
+    "check_sizes",
+    "ring_allreduce_terms",
+    "bucketed_allreduce_terms",
     "ring_allreduce_time",
     "serial_completion",
     "bucketed_allreduce_time",
@@ -67,7 +70,9 @@ def _link(bandwidth_bytes_per_s, latency_s) -> tuple[float, float]:
             _real(latency_s, "latency_s"))
 
 
-def _sizes(values, name: str) -> list[float]:
+def check_sizes(values, name: str) -> list[float]:
+    """A sequence of byte counts (buckets, tensors) as floats, each finite and >= 0: TypeError
+    unless a sequence (a str is not), ValueError or TypeError naming ``name[i]`` otherwise."""
     if isinstance(values, str) or not isinstance(values, Sequence):
         raise TypeError(f"{name} must be a sequence of byte counts, got "
                         f"{type(values).__name__} {values!r}")
@@ -77,22 +82,54 @@ def _sizes(values, name: str) -> list[float]:
 # --- all-reduce -------------------------------------------------------------------------------
 
 
-def ring_allreduce_time(size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
-    """Seconds of one ring all-reduce of S bytes: ``2 (n-1) alpha + 2 (n-1)/n S / beta``.
+def ring_allreduce_terms(size_bytes, num_gpus, bandwidth_bytes_per_s,
+                         latency_s) -> tuple[float, float]:
+    """(latency, bandwidth) seconds of one ring all-reduce of S bytes on n ranks:
+    ``(2 (n-1) alpha, 2 (n-1)/n S / beta)``.
 
     n - 1 reduce-scatter steps and n - 1 all-gather steps, each one message of S/n per rank
-    (full duplex: every rank sends and receives at once). 0.0 for n <= 1.
+    (full duplex: every rank sends and receives at once). (0.0, 0.0) for n <= 1. ValueError
+    when the time is past a float's range.
     """
     S = _real(size_bytes, "size_bytes")
     n = check_num_gpus(num_gpus)
     beta, alpha = _link(bandwidth_bytes_per_s, latency_s)
     if n <= 1:
-        return 0.0
-    seconds = 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / beta
-    if not math.isfinite(seconds):
+        return 0.0, 0.0
+    latency, bandwidth = 2 * (n - 1) * alpha, 2 * (n - 1) / n * S / beta
+    if not math.isfinite(latency + bandwidth):
         raise ValueError(f"the all-reduce of size_bytes={S!r} at bandwidth_bytes_per_s={beta!r} "
                          "takes longer than a float can hold")
-    return seconds
+    return latency, bandwidth
+
+
+def ring_allreduce_time(size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
+    """Seconds of one ring all-reduce of S bytes: ``2 (n-1) alpha + 2 (n-1)/n S / beta``, the
+    sum of ``ring_allreduce_terms``. 0.0 for n <= 1."""
+    latency, bandwidth = ring_allreduce_terms(size_bytes, num_gpus, bandwidth_bytes_per_s,
+                                              latency_s)
+    return latency + bandwidth
+
+
+def bucketed_allreduce_terms(bucket_bytes, num_gpus, bandwidth_bytes_per_s,
+                             latency_s) -> tuple[float, float]:
+    """(latency, bandwidth) seconds of DDP's all-reduces, one ring per bucket:
+    ``(2 (n-1) alpha x len(buckets), 2 (n-1)/n x sum(buckets) / beta)``.
+
+    The latency is paid per bucket; the bandwidth term is one all-reduce of all the bytes.
+    Buckets from ``dpcost.buckets.ddp_buckets_from_sizes`` (or ``ddp_bucket_sizes``).
+    (0.0, 0.0) for n <= 1; ValueError when the time is past a float's range.
+    """
+    sizes = check_sizes(bucket_bytes, "bucket_bytes")
+    n = check_num_gpus(num_gpus)
+    beta, alpha = _link(bandwidth_bytes_per_s, latency_s)
+    if n <= 1:
+        return 0.0, 0.0
+    latency, bandwidth = 2 * (n - 1) * alpha * len(sizes), 2 * (n - 1) / n * sum(sizes) / beta
+    if not math.isfinite(latency + bandwidth):
+        raise ValueError(f"the all-reduce of bucket_bytes adding up to {sum(sizes)!r} at "
+                         f"bandwidth_bytes_per_s={beta!r} takes longer than a float can hold")
+    return latency, bandwidth
 
 
 def bucketed_allreduce_time(bucket_bytes, num_gpus, bandwidth_bytes_per_s, latency_s) -> float:
@@ -101,7 +138,7 @@ def bucketed_allreduce_time(bucket_bytes, num_gpus, bandwidth_bytes_per_s, laten
     ``sum_k (2 (n-1) alpha + 2 (n-1)/n b_k / beta)``: the latency term is paid per bucket,
     ``2 (n-1) alpha x (number of buckets)``, which one all-reduce of P would understate.
     """
-    sizes = _sizes(bucket_bytes, "bucket_bytes")
+    sizes = check_sizes(bucket_bytes, "bucket_bytes")
     return sum(ring_allreduce_time(b, num_gpus, bandwidth_bytes_per_s, latency_s)
                for b in sizes)
 
@@ -291,7 +328,7 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
     fwd = _real(forward_s, "forward_s")
     bwd = _real(backward_s, "backward_s")
     opt = _real(optimizer_s, "optimizer_s")
-    sizes = _sizes(bucket_bytes, "bucket_bytes")
+    sizes = check_sizes(bucket_bytes, "bucket_bytes")
     n = check_num_gpus(num_gpus)
     _link(bandwidth_bytes_per_s, latency_s)
     if allreduce_time is None:
@@ -485,7 +522,7 @@ def ddp_gloo_framing_per_step(bucket_bytes, num_gpus, steps=1, element_bytes=4,
     messages -> 576 + 144/5 = 604.8 (measured 605); 4 MB: 8 -> 1,180.8 (1,181); 16 MB: 16 ->
     2,332.8 (2,333).
     """
-    sizes = _sizes(bucket_bytes, "bucket_bytes")
+    sizes = check_sizes(bucket_bytes, "bucket_bytes")
     n = check_num_gpus(num_gpus)
     steps = _real(steps, "steps", strict=True)
     if n <= 1:

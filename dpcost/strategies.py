@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dpcost import buckets
 from dpcost.core import (
     check_choice,
     check_int,
@@ -65,20 +66,20 @@ from dpcost.core import (
     check_real,
     ddp_communication_volume,
 )
-from dpcost.dataparallel_traffic import (
-    DEFAULT_BUCKET_CAP_BYTES,
-    DEFAULT_FIRST_BUCKET_BYTES,
-    chain_broadcast_bytes,
-    chain_step_bytes,
-    compute_bucket_assignment_by_size,
+from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_step_bytes
+from dpcost.memory import (
+    DEFAULT_PRECISION,
+    STRATEGIES,
+    model_state_bytes_per_parameter,
+    shard_model_states,
 )
 from dpcost.presets import DTYPE_BYTES, GPUS
+from dpcost.step_time import ring_allreduce_terms
 
 __all__ = [
-    "StrategyCost", "PRECISIONS", "OPTIMIZERS", "BACKENDS", "COMPRESS_DTYPES",
+    "StrategyCost", "BACKENDS", "COMPRESS_DTYPES",
     "bytes_per_parameter", "model_state_bytes", "ring_allreduce_bytes", "allgather_bytes",
-    "reduce_scatter_bytes", "broadcast_bytes", "bucket_assignment", "ddp_bucket_caps",
-    "ddp_rebuilt_buckets",
+    "reduce_scatter_bytes", "broadcast_bytes",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
     "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
     "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
@@ -88,10 +89,9 @@ __all__ = [
 # Bytes per element of the dtypes a hook or a precision uses.
 COMPRESS_DTYPES = ("fp16", "bf16")
 BACKENDS = ("gloo", "nccl")
-# Precision modes and optimizers: dpcost.memory's, one table for the course (ZeRO paper
-# section 3.1 for mixed precision; torch.optim.Adam's bf16 state measured in test_memory_torch).
-PRECISIONS = ("fp32", "mixed", "bf16")
-OPTIMIZERS = ("adam", "sgd_momentum", "sgd")
+# Precisions, optimizers and their bytes per parameter: dpcost.memory's tables, one for the
+# course (model_state_bytes_per_parameter checks both names). ZeRO stage i is memory's
+# STRATEGIES[i]: 0 DDP, 1 zero1, 2 zero2, 3 zero3.
 ZERO_STAGES = (0, 1, 2, 3)
 STATE_DEFINITIONS = ("after step", "peak")  # the module docstring defines both
 
@@ -128,45 +128,45 @@ def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float
 _integer, _choice, _ranks = check_int, check_choice, check_ranks
 
 
+# aliases for notebooks and measure/, removed after merge (the owner is dpcost.buckets)
+bucket_assignment = buckets.bucket_assignment
+ddp_bucket_caps = buckets.ddp_bucket_caps
+ddp_rebuilt_buckets = buckets.ddp_rebuilt_buckets
+
+
 # --- model-state memory ---------------------------------------------------------------------
 
-def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> tuple:
-    """(p, g, K): bytes per parameter of the parameters, gradients and optimizer state.
+def bytes_per_parameter(precision: str = DEFAULT_PRECISION, optimizer: str = "adam") -> tuple:
+    """(p, g, K): bytes per parameter of the parameters, gradients and optimizer state, from
+    ``dpcost.memory.model_state_bytes_per_parameter`` (its precisions and optimizers).
 
     fp32 Adam 4 + 4 + 8 = 16; mixed-precision Adam 2 + 2 + 12 = 16 (fp32 master weights and
-    two fp32 moments: ZeRO paper, section 3.1); pure bf16 Adam 2 + 2 + 4 = 8
+    two fp32 moments: ZeRO paper, section 3.1); pure bf16 or fp16 Adam 2 + 2 + 4 = 8
     (``torch.optim.Adam`` makes its moments with ``zeros_like(param)``).
     """
-    from dpcost.memory import model_state_bytes_per_parameter
-
-    _choice(precision, "precision", PRECISIONS)
-    _choice(optimizer, "optimizer", OPTIMIZERS)
     per = model_state_bytes_per_parameter(precision, optimizer)
     return per["parameters"], per["gradients"], per["optimizer state"]
 
 
-def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes: float = 2,
-                      grad_bytes: float = 2, optimizer_bytes: float = 12) -> float:
+def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes=None,
+                      grad_bytes=None, optimizer_bytes=None) -> float:
     """Model-state bytes per rank under ZeRO ``stage`` (0 = DDP), ZeRO paper section 5.
 
     stage 0: (p + g + K) Psi; 1: (p + g) Psi + K Psi / n; 2: p Psi + (g + K) Psi / n;
-    3: (p + g + K) Psi / n. Defaults are mixed-precision Adam (2, 2, 12). Stage 3 is FSDP
-    full sharding between steps; during a layer's forward or backward it also holds that
-    layer's gathered parameters (and gradients), not counted here.
+    3: (p + g + K) Psi / n (``dpcost.memory.shard_model_states``). p, g, K default to
+    ``bytes_per_parameter()``: the course's default precision (fp32) with Adam, 4, 4, 8.
+    Stage 3 is FSDP full sharding between steps; during a layer's forward or backward it also
+    holds that layer's gathered parameters (and gradients), not counted here.
     """
     psi = _real(num_params, "num_params")
     n = _ranks(num_gpus)
     _choice(stage, "stage", ZERO_STAGES)
-    p = _real(param_bytes, "param_bytes")
-    g = _real(grad_bytes, "grad_bytes")
-    k = _real(optimizer_bytes, "optimizer_bytes")
-    if stage == 0:
-        return (p + g + k) * psi
-    if stage == 1:
-        return (p + g) * psi + k * psi / n
-    if stage == 2:
-        return p * psi + (g + k) * psi / n
-    return (p + g + k) * psi / n
+    default = bytes_per_parameter()
+    given = (param_bytes, grad_bytes, optimizer_bytes)
+    names = ("param_bytes", "grad_bytes", "optimizer_bytes")
+    per = {component: d if v is None else _real(v, name) for component, d, v, name in zip(
+        ("parameters", "gradients", "optimizer state"), default, given, names, strict=True)}
+    return sum(shard_model_states(per, psi, n, STRATEGIES[stage]).values())
 
 
 def _states(num_params, n, stage, precision, optimizer):
@@ -229,75 +229,15 @@ def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
     return sends * s, received
 
 
-# --- buckets ---------------------------------------------------------------------------------
-
-def bucket_assignment(sizes_bytes, caps) -> list:
-    """Indices of the tensors in each bucket, as ``dist._compute_bucket_assignment_by_size``.
-
-    ``sizes_bytes``: each tensor's bytes, in the order they are bucketed (DDP's rebuilt buckets:
-    the order the gradients became ready). ``caps``: bucket size limits in bytes; bucket i
-    uses ``caps[min(i, len(caps) - 1)]``. A tensor joins the open bucket; the bucket closes
-    as soon as its size reaches its limit (>=), so it may overshoot by one tensor, and tensors
-    are never split (``reducer.cpp: compute_bucket_assignment_by_size``, one dtype and device).
-    """
-    sizes = [_real(s, f"sizes_bytes[{i}]") for i, s in enumerate(sizes_bytes)]
-    caps = [_real(c, f"caps[{i}]", 0.0, strict=True) for i, c in enumerate(caps)]
-    if not caps:
-        raise ValueError("caps must hold at least one bucket size limit, got []")
-    return compute_bucket_assignment_by_size(sizes, caps, tensor_indices=range(len(sizes)))[0]
-
-
-def ddp_bucket_caps(bucket_cap_mb=None) -> list:
-    """The caps DDP's rebuilt buckets use, in bytes, in the order the buckets are filled
-    (``distributed.py: _BucketCapacityConfig.create``; ``reducer.cpp: rebuild_buckets`` passes
-    ``[first_bucket_bytes_cap_, bucket_bytes_cap_]``).
-
-    Default (None): 1 MiB, then 25 MiB. The buckets are filled in the order the gradients
-    became ready, so the 1 MiB cap goes to bucket 0, the *first* bucket all-reduced (the last
-    layers'); the bucket all-reduced last, which no compute can hide, may hold up to 25 MiB
-    (plus one tensor). ``DDP_SET_LAST_BUCKET_CAP=1`` moves the small cap to the last bucket:
-    ``ddp_rebuilt_buckets(..., small_last_bucket=True)``. An explicit ``bucket_cap_mb`` (MiB,
-    ``int(bucket_cap_mb * 2**20)`` bytes) applies to every bucket, the first included.
-    The first iteration uses one bucket for all gradients (``compute_bucket_size_limits``
-    returns ``[sys.maxsize]`` without ``find_unused_parameters``).
-    """
-    if bucket_cap_mb is None:
-        return [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES]
-    cap = int(_real(bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True) * 2**20)
-    if cap <= 0:
-        raise ValueError(f"bucket_cap_mb must give a cap of at least 1 byte, got "
-                         f"{bucket_cap_mb!r}")
-    return [cap]
-
-
-def ddp_rebuilt_buckets(ready_sizes_bytes, bucket_cap_mb=None,
-                        small_last_bucket=False) -> list:
-    """Indices into ``ready_sizes_bytes`` of each rebuilt bucket, in the order DDP all-reduces
-    them (bucket 0 first), for gradients of one dtype listed in the order they became ready.
-
-    Default: ``bucket_assignment(ready_sizes_bytes, ddp_bucket_caps(bucket_cap_mb))``.
-    ``small_last_bucket=True`` is ``DDP_SET_LAST_BUCKET_CAP=1`` (``reducer.cpp:
-    rebuild_buckets``): the same caps over the *reversed* ready order, and the buckets
-    reversed again, so the first cap goes to the bucket all-reduced last.
-    """
-    if not isinstance(small_last_bucket, bool):
-        raise ValueError(f"small_last_bucket must be True or False, got {small_last_bucket!r}")
-    caps = ddp_bucket_caps(bucket_cap_mb)
-    if not small_last_bucket:
-        return bucket_assignment(ready_sizes_bytes, caps)
-    sizes = list(ready_sizes_bytes)
-    last = len(sizes) - 1
-    reversed_buckets = bucket_assignment(sizes[::-1], caps)
-    return [sorted(last - i for i in bucket) for bucket in reversed(reversed_buckets)]
-
-
 def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
-    """The latency term of a step's all-reduces on a ring: buckets x 2 (n-1) alpha seconds."""
+    """The latency term of a step's all-reduces on a ring: buckets x 2 (n-1) alpha seconds,
+    ``step_time.ring_allreduce_terms``' latency once per bucket (one all-reduce each)."""
     b = _integer(num_buckets, "num_buckets", 0)
     n = _ranks(num_gpus)
     alpha = _real(latency_s, "latency_s")
+    per_bucket, _ = ring_allreduce_terms(0, n, 1.0, alpha)  # no bytes: the bandwidth is moot
     try:
-        seconds = float(b) * 2 * (n - 1) * alpha
+        seconds = float(b) * per_bucket
     except OverflowError:  # an int past a float's range
         seconds = math.inf
     if not math.isfinite(seconds):
@@ -309,8 +249,17 @@ def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
 
 # --- the strategies ----------------------------------------------------------------------------
 
+def _dp_states(num_params, rank, precision, optimizer):
+    """DataParallel's model state on ``rank``: (p + g + K) Psi on GPU0, which holds the only
+    optimizer, (p + g) Psi on the others (their replicas and gradients); None without Psi."""
+    if num_params is None:
+        return None
+    p, g, k = bytes_per_parameter(precision, optimizer)
+    return (p + g + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+
+
 def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
-                 precision="fp32", optimizer="adam") -> StrategyCost:
+                 precision=DEFAULT_PRECISION, optimizer="adam") -> StrategyCost:
     """DataParallel on the copy path (no NCCL): the star through GPU0.
 
     GPU0 sends (n-1) P (``replicate``) and receives (n-1) P (``ReduceAddCoalesced``); any
@@ -321,10 +270,7 @@ def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
     rank = _integer(rank, "rank", 0)
     each = (n - 1) * p if rank == 0 else (p if n > 1 else 0.0)
-    states = None
-    if num_params is not None:
-        pb, gb, k = bytes_per_parameter(precision, optimizer)
-        states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    states = _dp_states(num_params, rank, precision, optimizer)
     return StrategyCost("DP (copy path)", each, each, 2 * (n - 1) if rank == 0 else 2, states,
                         states,
                         "GPU0: (n-1) P out + (n-1) P in; others P each way",
@@ -333,7 +279,7 @@ def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
 
 
 def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
-                 precision="fp32", optimizer="adam") -> StrategyCost:
+                 precision=DEFAULT_PRECISION, optimizer="adam") -> StrategyCost:
     """DataParallel on the NCCL path (modelled): ``comm.cpp: broadcast`` -> nccl broadcast and
     ``comm.py: reduce_add`` -> ``nccl.reduce``, pipelined chains. GPU0 sends about P (the
     broadcast) and receives about P (the reduce); it still broadcasts every step. Other ranks:
@@ -344,17 +290,14 @@ def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     if rank >= n:
         raise ValueError(f"rank must be < num_gpus = {n}, got {rank}")
     sent, received = chain_step_bytes(p, n)[rank] if n > 1 else (0.0, 0.0)
-    states = None
-    if num_params is not None:
-        pb, gb, k = bytes_per_parameter(precision, optimizer)
-        states = (pb + gb + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    states = _dp_states(num_params, rank, precision, optimizer)
     return StrategyCost("DP (NCCL path)", sent, received, 2 if n > 1 else 0, states, states,
                         "GPU0: about P out (broadcast) + P in (reduce), pipelined",
                         "torch/csrc/cuda/comm.cpp: broadcast -> nccl::broadcast; "
                         "torch/nn/parallel/comm.py: reduce_add -> nccl.reduce")
 
 
-def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision="fp32",
+def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision=DEFAULT_PRECISION,
         optimizer="adam") -> StrategyCost:
     """Plain DDP: one ring all-reduce per bucket, 2 (n-1)/n P sent and received per rank."""
     v = ring_allreduce_bytes(param_bytes, num_gpus)
@@ -366,7 +309,7 @@ def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision=
 
 
 def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
-                 samples_per_micro_step=None, num_params=None, precision="fp32",
+                 samples_per_micro_step=None, num_params=None, precision=DEFAULT_PRECISION,
                  optimizer="adam") -> StrategyCost:
     """DDP with ``no_sync()`` on the first k - 1 of k micro-steps: one all-reduce per step.
 
@@ -388,7 +331,7 @@ def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
 
 
 def compress_hook(param_bytes, num_gpus, dtype: str = "bf16", grad_dtype: str = "fp32",
-                  num_buckets: int = 1, num_params=None, precision="fp32",
+                  num_buckets: int = 1, num_params=None, precision=DEFAULT_PRECISION,
                   optimizer="adam") -> StrategyCost:
     """``fp16_compress_hook`` / ``bf16_compress_hook``: each bucket is cast to 16 bits and
     all-reduced (``default_hooks.py: _compress_hook``): 2 (n-1)/n P x 2 / w bytes, half of
@@ -446,7 +389,7 @@ def powersgd_elements(shapes, matrix_approximation_rank: int = 1,
 
 def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: int = 1_000,
              start_powersgd_iter: int = 1_000, min_compression_rate: float = 2,
-             element_bytes: int = 4, buckets=None, num_params=None, precision="fp32",
+             element_bytes: int = 4, buckets=None, num_params=None, precision=DEFAULT_PRECISION,
              optimizer="adam") -> StrategyCost:
     """``powerSGD_hook`` at DDP iteration ``iteration`` (0-based), per rank.
 
@@ -511,7 +454,7 @@ def zero1_partition(numels, num_gpus) -> list:
 
 def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str = "gloo",
           parameters_as_bucket_view: bool = False, num_buckets: int = 1,
-          precision="fp32", optimizer="adam") -> StrategyCost:
+          precision=DEFAULT_PRECISION, optimizer="adam") -> StrategyCost:
     """ZeRO-1: DDP + ``ZeroRedundancyOptimizer`` (``zero_redundancy_optimizer.py``).
 
     Gradients: DDP's all-reduce, 2 (n-1)/n P. After the local step on its shard, ``step``
@@ -547,7 +490,7 @@ def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str 
 
 
 def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str = "nccl",
-         num_units: int = 1, num_params=None, precision="fp32",
+         num_units: int = 1, num_params=None, precision=DEFAULT_PRECISION,
          optimizer="adam", local_numel=None) -> StrategyCost:
     """FSDP (``fully_shard``, ZeRO-3) per rank per step, for ``num_units`` sharded modules.
 
@@ -631,7 +574,7 @@ LADDER = ("DP (copy path)", "DP (NCCL path)", "DDP", "+ accumulation", "+ bf16 h
 
 def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: int = 4,
            powersgd_rank: int = 1, num_buckets: int = 1, num_units=None,
-           element_bytes: int = 4, precision="fp32", optimizer="adam") -> list:
+           element_bytes: int = 4, precision=DEFAULT_PRECISION, optimizer="adam") -> list:
     """The lesson's ladder for one model given by its parameters' ``shapes``: a list of
     ``StrategyCost`` for ``rank``, one per rung in ``LADDER`` (PowerSGD after its start).
     Model state is this rank's: ZeRO-1's optimizer shard and FSDP's parameter shards as
@@ -660,7 +603,7 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
 H100_SXM_MEMORY_BYTES = GPUS["H100 SXM 80GB"].memory_bytes
 
 
-def ladder_model_states(num_params, num_gpus, precision: str = "mixed",
+def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION,
                         optimizer: str = "adam", definition: str = "peak") -> dict:
     """Model-state bytes per GPU on each rung of ``LADDER`` for a model of ``num_params``
     (the busiest GPU: GPU0 under DP), by ``definition``, one of ``STATE_DEFINITIONS`` (the

@@ -10,7 +10,8 @@ import math
 import re
 
 DECIMAL_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-BINARY_UNITS = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+MIB = 2**20  # one mebibyte, the unit of DDP's bucket caps and DataParallel's chunks
+BINARY_UNITS = {"KIB": 2**10, "MIB": MIB, "GIB": 2**30, "TIB": 2**40}
 
 MAX_SIZE_TEXT = 64  # characters: "1.5GB" needs 5; a bound keeps every parse short
 

@@ -5,18 +5,24 @@ import math
 import numpy as np
 import pytest
 
+from dpcost import step_time
 from dpcost.alpha_beta import (
-    ddp_communication_time,
     ddp_communication_time_terms,
-    dp_communication_time,
     dp_communication_time_terms,
 )
+
+
+def ddp_communication_time(*args):
+    return sum(ddp_communication_time_terms(*args))
+
+
+def dp_communication_time(*args):
+    return sum(dp_communication_time_terms(*args))
+
 
 FUNCTIONS = [
     ddp_communication_time_terms,
     dp_communication_time_terms,
-    ddp_communication_time,
-    dp_communication_time,
 ]
 
 
@@ -76,8 +82,23 @@ def test_returns_floats_for_numpy_and_int_inputs():
     lat, bw = ddp_communication_time_terms(np.int64(1000), np.int32(4), np.float64(1e3), 0)
     assert isinstance(lat, float) and isinstance(bw, float)
     assert bw == pytest.approx(1.5)
-    assert isinstance(dp_communication_time(10**400, 2, 1e9, 0), float)  # huge int: inf, no error
-    assert math.isinf(dp_communication_time(10**400, 2, 1e9, 0))
+
+
+
+@pytest.mark.parametrize("f", FUNCTIONS)
+def test_a_size_past_a_floats_range_is_refused_by_name(f):
+    """As step_time refuses it: a time of inf seconds is no answer (it used to return inf)."""
+    with pytest.raises(ValueError, match="model_size_bytes"):
+        f(10**400, 2, 1e9, 0)
+    with pytest.raises(ValueError, match="size_bytes"):
+        f(1e308, 4, 1e-3, 0)  # finite bytes, but their time overflows
+
+
+def test_the_ring_terms_are_step_times():
+    """alpha_beta is the lessons' face of step_time's terms: the same floats, bit for bit."""
+    for args in [(100e6, 4, 25e9, 5e-6), (1e9, 8, 100e9, 2e-6), (4000, 2, 1000, 0)]:
+        assert ddp_communication_time_terms(*args) == step_time.ring_allreduce_terms(*args)
+        assert ddp_communication_time(*args) == step_time.ring_allreduce_time(*args)
 
 
 @pytest.mark.parametrize("f", FUNCTIONS)

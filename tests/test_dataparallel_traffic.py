@@ -7,34 +7,41 @@ from fractions import Fraction
 import pytest
 from torch_resnet50 import resnet50
 
-from dpcost.core import ddp_communication_volume, dp_communication_volume
-from dpcost.dataparallel_traffic import (
+from dpcost.buckets import (
     DEFAULT_BUCKET_CAP_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
+    ddp_buckets_from_sizes,
+)
+from dpcost.core import ddp_communication_volume, dp_communication_volume
+from dpcost.dataparallel_traffic import (
     DP_CHUNK_BYTES,
     StepTransfer,
     busy_time_ratio,
     chain_broadcast_bytes,
     chain_reduce_bytes,
     coalesced_chunk_sizes,
-    compute_bucket_assignment_by_size,
-    ddp_bucket_sizes,
-    ddp_buckets_from_sizes,
     ddp_step_transfers,
     dp_full_volume,
     dp_messages,
     dp_path_traffic,
     dp_step_transfers,
-    gpu0_bytes,
     gpu_busy_bytes,
     gpu_bytes,
     resnet50_counts,
     resnet50_parameter_bytes,
     resnet50_ready_order_bytes,
-    total_bytes,
 )
 
 MiB = 2**20
+
+
+def gpu0_bytes(rows):
+    """Bytes through GPU0's link, sent + received, over the rows."""
+    return sum(r.gpu0_sent_bytes + r.gpu0_received_bytes for r in rows)
+
+
+def all_links_bytes(rows):
+    return sum(r.total_bytes for r in rows)
 
 
 def test_full_volume_by_hand():
@@ -58,7 +65,7 @@ def test_rows_add_up_to_the_full_volume(n):
     assert all(isinstance(r, StepTransfer) for r in rows)
     expected = float((n - 1) * (P + B + G) + Fraction(n - 1, n) * (I + 2 * O))
     assert gpu0_bytes(rows) == pytest.approx(expected, rel=1e-12)
-    assert total_bytes(rows) == pytest.approx(expected, rel=1e-12)  # a star: all via GPU0
+    assert all_links_bytes(rows) == pytest.approx(expected, rel=1e-12)  # a star: all via GPU0
     assert dp_full_volume(P, B, G, I, O, n) == pytest.approx(expected, rel=1e-12)
     out = sum(r.gpu0_sent_bytes for r in rows)
     into = sum(r.gpu0_received_bytes for r in rows)
@@ -88,53 +95,6 @@ def test_one_gpu_moves_nothing(n):
     assert ddp_step_transfers(10, 10, 10, 10, 10, n) == []
 
 
-def test_default_bucket_caps_match_torch():
-    import torch.distributed as dist
-    from torch.nn.parallel import distributed
-
-    assert DEFAULT_FIRST_BUCKET_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES
-    assert DEFAULT_BUCKET_CAP_BYTES == distributed._DEFAULT_BUCKET_CAP_MB * 2**20
-
-
-def test_bucket_sizes_of_a_flat_stream():
-    assert ddp_bucket_sizes(0) == []
-    assert ddp_bucket_sizes(1000) == [1000]
-    assert ddp_bucket_sizes(MiB) == [MiB]
-    assert ddp_bucket_sizes(MiB + 1) == [MiB, 1]
-    assert ddp_bucket_sizes(MiB + 50 * MiB) == [MiB, 25 * MiB, 25 * MiB]
-    assert ddp_bucket_sizes(100, bucket_cap_bytes=30, first_bucket_bytes=10) == [10, 30, 30, 30]
-    # ResNet-50's gradients, fp32: 1 MiB + 3 full buckets + the rest
-    G = 4 * 25_557_032
-    sizes = ddp_bucket_sizes(G)
-    assert sizes[:4] == [MiB, 25 * MiB, 25 * MiB, 25 * MiB]
-    assert sum(sizes) == G and len(sizes) == 5
-
-
-def test_bucket_sizes_per_parameter_by_hand():
-    # close a bucket once it reaches its cap, overshooting by the parameter that crossed it
-    assert ddp_bucket_sizes([4, 4, 4, 20, 1], bucket_cap_bytes=10, first_bucket_bytes=5) == [
-        8, 24, 1]
-    assert ddp_bucket_sizes([5, 10, 3], bucket_cap_bytes=10, first_bucket_bytes=5) == [5, 10, 3]
-    assert ddp_bucket_sizes([], 10, 5) == []
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_bucket_sizes_per_parameter_match_torch_reducer(seed):
-    import torch
-    import torch.distributed as dist
-
-    rng = random.Random(seed)
-    numels = [rng.choice([10, 1000, 50_000, 300_000, 2_000_000, 7_000_000]) for _ in range(40)]
-    tensors = [torch.empty(k) for k in numels]
-    ready_order = list(range(len(tensors)))[::-1]  # gradients arrive in reverse order
-    ordered = [tensors[i] for i in ready_order]
-    limits = [DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES]
-    indices, _ = dist._compute_bucket_assignment_by_size(
-        ordered, limits, [False] * len(tensors), ready_order)
-    torch_sizes = [sum(4 * numels[i] for i in bucket) for bucket in indices]
-    assert ddp_bucket_sizes([4 * numels[i] for i in ready_order]) == torch_sizes
-
-
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
 def test_ddp_rows(n):
     P = G = 4 * 25_557_032
@@ -145,7 +105,7 @@ def test_ddp_rows(n):
     per_rank = sum(r.gpu0_sent_bytes for r in buckets)
     assert per_rank == pytest.approx(ddp_communication_volume(G, n), rel=1e-12)
     assert sum(r.gpu0_received_bytes for r in buckets) == pytest.approx(per_rank)
-    assert total_bytes(buckets) == pytest.approx(2 * (n - 1) * G)  # = DP's total for P = G
+    assert all_links_bytes(buckets) == pytest.approx(2 * (n - 1) * G)  # = DP's total for P = G
     # buffer broadcast each forward: rank 0 sends B, all links (n-1) B
     (buf,) = [r for r in rows if "buffers" in r.action]
     assert (buf.phase, buf.gpu0_sent_bytes, buf.total_bytes) == ("forward", B, (n - 1) * B)
@@ -182,17 +142,6 @@ def test_ddp_options():
 def test_bad_inputs(f, args, error, name):
     with pytest.raises(error, match=name):
         f(*args)
-
-
-def test_bad_bucket_inputs():
-    with pytest.raises(ValueError, match="bucket_cap_bytes"):
-        ddp_bucket_sizes(100, bucket_cap_bytes=0)
-    with pytest.raises(ValueError, match="grad_bytes"):
-        ddp_bucket_sizes(-5)
-    with pytest.raises(TypeError, match=r"grad_bytes\[1\]"):
-        ddp_bucket_sizes([1, "2"])
-    with pytest.raises(TypeError, match="grad_bytes"):
-        ddp_bucket_sizes("100")
 
 
 def test_resnet50_counts_match_a_real_module():
@@ -345,41 +294,6 @@ def test_path_bad_inputs():
     assert dp_path_traffic(1, 0, 1, 0, 0, 1) == []
 
 
-# --- DDP's bucket assignment against torch's --------------------------------------------------
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_bucket_assignment_matches_torch(seed):
-    import torch
-    import torch.distributed as dist
-
-    rng = random.Random(seed)
-    count = rng.randint(1, 40)
-    numels = [rng.choice([1, 10, 1000, 50_000, 300_000, 2_000_000, 7_000_000])
-              for _ in range(count)]
-    dtypes = [rng.choice([torch.float32, torch.float16]) if seed % 2 else torch.float32
-              for _ in range(count)]
-    tensors = [torch.empty(k, dtype=d) for k, d in zip(numels, dtypes, strict=True)]
-    sizes = [t.numel() * t.element_size() for t in tensors]
-    limits = rng.choice([[MiB, 25 * MiB], [25 * MiB], [10_000, 100_000, 5 * MiB]])
-    torch_ix, torch_lim = dist._compute_bucket_assignment_by_size(
-        tensors, limits, [False] * count)
-    ours_ix, ours_lim = compute_bucket_assignment_by_size(sizes, limits, dtypes=dtypes)
-    assert (ours_ix, ours_lim) == (torch_ix, torch_lim)
-    # with tensor_indices (the rebuild's ready order): same buckets; the open ones at the end
-    # come from a hash map in torch, so compare them as a set when there are several dtypes
-    order = list(range(count))[::-1]
-    ordered = [tensors[i] for i in order]
-    torch_ix, _ = dist._compute_bucket_assignment_by_size(
-        ordered, limits, [False] * count, order)
-    ours_ix, _ = compute_bucket_assignment_by_size(
-        [sizes[i] for i in order], limits, dtypes=[dtypes[i] for i in order],
-        tensor_indices=order)
-    assert sorted(map(tuple, ours_ix)) == sorted(map(tuple, torch_ix))
-    if not seed % 2:
-        assert ours_ix == torch_ix
-
-
 def _ready_order(model, x):
     """Gradient-ready order of model's parameters, recorded with post-accumulate hooks."""
     params = list(model.parameters())
@@ -444,21 +358,6 @@ def test_resnet50_shortcut_last_order_is_real():
             module.__class__ = ShortcutFirst
     assert _ready_order(model, torch.randn(2, 3, 64, 64)) == resnet50_ready_order_bytes(
         downsample_first=False)
-
-
-def test_bucket_assignment_bad_inputs():
-    with pytest.raises(TypeError, match="tensor_bytes"):
-        compute_bucket_assignment_by_size(100, [10])
-    with pytest.raises(ValueError, match="bucket_size_limits"):
-        compute_bucket_assignment_by_size([1], [])
-    with pytest.raises(ValueError, match="dtypes"):
-        compute_bucket_assignment_by_size([1, 2], [10], dtypes=["a"])
-    with pytest.raises(ValueError, match="tensor_indices"):
-        compute_bucket_assignment_by_size([1, 2], [10], tensor_indices=[0])
-    with pytest.raises(ValueError, match=r"tensor_bytes\[1\]"):
-        compute_bucket_assignment_by_size([1, -2], [10])
-    with pytest.raises(ValueError, match=r"bucket_size_limits\[0\]"):
-        compute_bucket_assignment_by_size([1], [-1])
 
 
 def test_ddp_rows_with_real_buckets():

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image, ImageChops
 
 from dpcost import explorer_model as X
+from dpcost.buckets import ddp_buckets_from_sizes
 from dpcost.dataparallel_traffic import (
-    ddp_buckets_from_sizes,
     dp_path_traffic,
     gpu_busy_bytes,
     resnet50_ready_order_bytes,

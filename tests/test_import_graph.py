@@ -9,6 +9,8 @@ A submodule's import of its own package (`from dpcost.measure import x` runs
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -76,8 +78,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def test_dpcost_has_no_import_cycle():
-    graph = import_graph(ROOT)
+@pytest.fixture(scope="module")
+def dpcost_graph():
+    """The package's graph, read once for the tests below (it parses every module)."""
+    return import_graph(ROOT)
+
+
+def test_dpcost_has_no_import_cycle(dpcost_graph):
+    graph = dpcost_graph
     assert "dpcost.measure.launch" in graph["dpcost.measure"]  # the graph is read at all
     assert cycles(graph) == []
 
@@ -94,3 +102,13 @@ def test_the_check_finds_a_lazy_cycle_and_ignores_a_package_import(tmp_path):
     assert graph["pkg.sub.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.sub.a"}
     assert graph["pkg.c"] == {"pkg.sub"}
     assert cycles(graph) == [["pkg.sub.a", "pkg.sub.b"]]
+
+
+def test_the_figures_do_not_import_the_measurements(dpcost_graph):
+    """dpcost.plots sits below dpcost.measure (which needs torch): a figure of a measured
+    timeline reads its events through dpcost.timeline_events, not through measure."""
+    graph = dpcost_graph
+    upward = {(m, t) for m, targets in graph.items() if m.startswith("dpcost.plots")
+              for t in targets if t.startswith("dpcost.measure")}
+    assert upward == set()
+    assert "dpcost.timeline_events" in graph["dpcost.plots.timeline"]

@@ -107,12 +107,6 @@ def test_an_empty_path_is_refused_by_name():
         preflight.check_writable("", "--trace")
 
 
-@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1.7e308])
-def test_model_mb_must_be_finite(value):
-    with pytest.raises(ValueError, match="--model-mb must be a finite number"):
-        preflight.check_model_mb(value)
-
-
 def test_plot_paths_that_cannot_be_written_are_refused(tmp_path):
     preflight.check_plot_path(str(tmp_path / "fine.png"))
     assert not (tmp_path / "fine.png").exists()  # the check creates nothing

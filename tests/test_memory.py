@@ -222,12 +222,13 @@ def test_resnet50_activations_keep_int64_indices():
 def test_zero_paper_example():
     # ZeRO paper Sec. 5 / Fig. 1: Psi = 7.5B, Nd = 64, K = 12, mixed precision Adam.
     psi, nd = 7_500_000_000, 64
-    totals = {s: sum(model_state_bytes_per_rank(psi, nd, s).values()) for s in STRATEGIES}
+    totals = {s: sum(model_state_bytes_per_rank(psi, nd, s, "mixed").values())
+              for s in STRATEGIES}
     assert totals["ddp"] == 16 * psi == 120e9  # (2 + 2 + K) Psi
     assert totals["zero1"] == 4 * psi + 12 * psi / nd == 31.40625e9  # paper: 31.4 GB
     assert totals["zero2"] == 2 * psi + 14 * psi / nd == 16.640625e9  # paper: 16.6 GB
     assert totals["zero3"] == 16 * psi / nd == 1.875e9  # paper: 1.88 GB
-    assert model_state_bytes_per_rank(psi, nd, "zero2") == {
+    assert model_state_bytes_per_rank(psi, nd, "zero2", "mixed") == {
         "parameters": 2 * psi, "gradients": 2 * psi / nd, "optimizer state": 12 * psi / nd}
 
 
@@ -239,14 +240,14 @@ def test_zero_stages_other_modes_and_one_rank():
     for s in STRATEGIES:  # one rank: nothing to shard
         assert model_state_bytes_per_rank(1000, 1, s) == model_state_bytes_per_rank(1000, 1)
     llama = MODELS["Llama-2 70B"].parameters
-    assert not fits(sum(model_state_bytes_per_rank(llama, 8, "zero1").values()), 80e9)
-    assert fits(sum(model_state_bytes_per_rank(llama, 64, "zero3").values()), 80e9)
+    assert not fits(sum(model_state_bytes_per_rank(llama, 8, "zero1", "mixed").values()), 80e9)
+    assert fits(sum(model_state_bytes_per_rank(llama, 64, "zero3", "mixed").values()), 80e9)
 
 
 def test_rank_memory_per_strategy_by_hand():
     # 1000 parameters, 4 ranks, batch 8, mixed Adam (2 + 2 + 12), a 2-byte gradient copy,
     # custom activations 400 * 2/4 per sample * 2 samples, outputs 8 * 10 * 2 / 4 per rank.
-    rows = {s: list(rank_memory(TOY, 4, 8, s).values()) for s in STRATEGIES}
+    rows = {s: list(rank_memory(TOY, 4, 8, s, precision="mixed").values()) for s in STRATEGIES}
     assert rows == {
         "ddp": [2000.0, 2000.0, 12000.0, 2000.0, 0.0, 400.0, 40.0, 80.0],
         "zero1": [2000.0, 2000.0, 3000.0, 2000.0, 0.0, 400.0, 40.0, 80.0],
@@ -256,7 +257,8 @@ def test_rank_memory_per_strategy_by_hand():
     gpt2 = MODELS["GPT-2 small"]
     assert rank_memory(gpt2, 8, 32, "ddp", "adam", "bf16", attention="sdpa") == memory_per_gpu(
         gpt2, 8, 32, "adam", "bf16", attention="sdpa")["ddp_rank"]
-    assert rank_memory(TOY, 4, 8, "zero1", gradient_as_bucket_view=True)["DDP bucket copy"] == 0
+    assert rank_memory(TOY, 4, 8, "zero1", precision="mixed",
+                       gradient_as_bucket_view=True)["DDP bucket copy"] == 0
     with pytest.raises(ValueError, match="strategy"):
         rank_memory(TOY, 4, 8, "fsdp")
 
@@ -355,3 +357,33 @@ def test_precision_table_rows():
     assert rows[("mixed", "adam")] == ["2", "2", "12", "16"]
     assert rows[("bf16", "adam")] == ["2", "2", "4", "8"]
     assert any(line.startswith("mixed:") and "ZeRO" in line for line in lines)
+
+
+def test_the_course_has_one_default_precision():
+    """Every function of the course that takes a precision defaults to memory's one default
+    (fp32), and strategies takes memory's precisions and optimizers (fp16 included)."""
+    import inspect
+
+    from dpcost import memory, strategies
+    from dpcost.plots import memory as memory_plots
+
+    defaults = {}
+    for module in (memory, strategies, memory_plots):
+        for name, function in inspect.getmembers(module, inspect.isfunction):
+            parameter = inspect.signature(function).parameters.get("precision")
+            if (parameter is not None and function.__module__ == module.__name__
+                    and not name.startswith("_")):
+                defaults[f"{module.__name__}.{name}"] = parameter.default
+    assert len(defaults) >= 20  # the signatures were read at all
+    assert {d for d in defaults.values() if d is not None} == {memory.DEFAULT_PRECISION} == {"fp32"}
+    none = {name for name, d in defaults.items() if d is None}  # resolved to the default inside
+    assert none == {f"dpcost.memory.{n}" for n in ("memory_per_gpu", "gpu0_memory_ratio",
+                                                   "ddp_bucket_buffer_bytes",
+                                                   "dp_reduce_buffer_bytes",
+                                                   "format_memory_table")}
+    assert memory_per_gpu(TOY, 4, 8) == memory_per_gpu(TOY, 4, 8, precision="fp32")
+    for precision in memory.PRECISIONS:
+        for optimizer in memory.OPTIMIZERS:
+            per = model_state_bytes_per_parameter(precision, optimizer)
+            assert strategies.bytes_per_parameter(precision, optimizer) == tuple(per.values())
+    assert strategies.bytes_per_parameter() == (4, 4, 8)

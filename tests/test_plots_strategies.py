@@ -44,7 +44,7 @@ def test_ladder_figure_draws_every_rung_and_skips_the_unmeasured():
 
 
 def test_fits_figure_and_the_capacity_line():
-    states = {"Llama-2 7B, n = 8": st.ladder_model_states(6.7e9, 8)}
+    states = {"Llama-2 7B, n = 8": st.ladder_model_states(6.7e9, 8, "mixed")}
     fig, data = fits_figure(states, 80e9)
     ax = fig.axes[0]
     assert data == states and len(ax.patches) == len(st.LADDER)

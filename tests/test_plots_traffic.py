@@ -34,13 +34,3 @@ def test_two_paths_per_gpu():
     assert ax.get_title() and ax.get_xlabel() and "GB" in ax.get_ylabel()
     assert len(ax.get_legend().get_texts()) == 3
     plt.close(fig)
-
-
-def test_busy_ratio_vs_gpus():
-    from dpcost.plots.traffic import busy_ratio_vs_gpus
-
-    fig, data = busy_ratio_vs_gpus([2, 4, 8])
-    assert data["copy"] == [2, 4, 8]
-    assert data["nccl"] == [2, 4 / 3, 8 / 7]
-    assert fig.axes[0].get_legend() is not None
-    plt.close(fig)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from dpcost.buckets import ddp_buckets_from_sizes
 from dpcost.dataparallel_traffic import (
     busy_time_ratio,
-    ddp_buckets_from_sizes,
     resnet50_parameter_bytes,
     resnet50_ready_order_bytes,
 )

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from dpcost.dataparallel_traffic import ddp_buckets_from_sizes, resnet50_ready_order_bytes
+from dpcost.buckets import ddp_buckets_from_sizes
+from dpcost.dataparallel_traffic import resnet50_ready_order_bytes
 from dpcost.presets import resnet50_forward_macs_per_image
 from dpcost.step_time import (
     GLOO_FRAMING_BYTES_PER_MESSAGE,

@@ -39,7 +39,7 @@ import threading
 import time
 
 from dpcost.measure import worker
-from dpcost.procs import die_with_parent, exit_cause, free_port
+from dpcost.procs import die_with_parent, exit_cause, free_port, kill_tree
 
 # Imported once in the warm process (forkserver); every helper and rank is forked from it.
 WARM_MODULE = "dpcost.measure.warm"
@@ -232,12 +232,9 @@ def launch(config: worker.RunConfig, timeout_s: float = 60.0,
         helper.join(10)  # every rank has exited: the helper is leaving
         return run
     finally:
-        if helper.is_alive():
-            helper.terminate()  # its SIGTERM handler kills the ranks
-        helper.join(5)
-        if helper.is_alive():
-            helper.kill()  # the ranks follow it (PR_SET_PDEATHSIG)
-            helper.join()
+        # SIGTERM first: the helper's handler kills its ranks; then SIGKILL to the helper and
+        # every rank still under it (they would also follow it: PR_SET_PDEATHSIG).
+        kill_tree(helper, grace_s=5)
         messages.close()
         messages.cancel_join_thread()
 

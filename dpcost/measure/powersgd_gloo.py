@@ -50,7 +50,7 @@ from pathlib import Path
 
 from dpcost.measure.launch import warm_context
 from dpcost.measure.strategy_scenarios import POWERSGD_BUCKET_CAP_MB
-from dpcost.procs import die_with_parent, free_port
+from dpcost.procs import child_env, die_with_parent, free_port, kill_tree
 
 WIDTH, DEPTH = 500, 4  # scenarios.build_model: 4 x Linear(500), P = 4,008,000 B (fp32)
 WORLD_SIZE = 2
@@ -93,12 +93,12 @@ def check_case(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0) -> dict:
 
 
 def predicted_buckets(bucket_cap_mb=None) -> int:
-    """Buckets DDP rebuilds for the probe's model (``dpcost.strategies.bucket_assignment``)."""
-    from dpcost import strategies as st
+    """Buckets DDP rebuilds for the probe's model (``dpcost.buckets.bucket_assignment``)."""
+    from dpcost.buckets import bucket_assignment, ddp_bucket_caps
     from dpcost.measure.strategy_scenarios import ready_order_bytes
 
     shapes = [(WIDTH, WIDTH), (WIDTH,)] * DEPTH
-    return len(st.bucket_assignment(ready_order_bytes(shapes), st.ddp_bucket_caps(bucket_cap_mb)))
+    return len(bucket_assignment(ready_order_bytes(shapes), ddp_bucket_caps(bucket_cap_mb)))
 
 
 # -- the rank ------------------------------------------------------------------------------
@@ -214,16 +214,6 @@ def _waiting_in_hook(stacks: str) -> list:
     return waiting
 
 
-def _kill(process):
-    if process.poll() is None:
-        for kill in (os.killpg, os.kill):  # the group; the rank itself, if not yet its leader
-            try:
-                kill(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    process.wait()
-
-
 def probe(bucket_cap_mb=None, gloo_threads=2, straggler_s=0.0, stall_s=STALL_S,
           timeout_s=120.0) -> dict:
     """Run one case on 2 gloo ranks; what happened, as plain values.
@@ -303,9 +293,7 @@ def run_ranks(ranks, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
     group at the end, whatever happens. Raises ProbeError, with the tail of every rank's output,
     when a rank exits non-zero or the ranks have not finished within ``timeout_s``.
     """
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        filter(None, [str(Path(__file__).resolve().parents[2]),
-                      os.environ.get("PYTHONPATH", "")])))
+    env = child_env()
     started = []
     try:
         for rank, spec in enumerate(ranks):
@@ -319,8 +307,8 @@ def run_ranks(ranks, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
                                                 preexec_fn=die_with_parent))
         outcome = _watch(started, out, stall_s, timeout_s)
     finally:
-        for process in started:
-            _kill(process)
+        for process in started:  # its session, group and anything under it
+            kill_tree(process.process if isinstance(process, _WarmProcess) else process)
     if outcome == "exited" and any(p.returncode != 0 for p in started):
         tails = "\n".join(f"--- rank {r}, exit {p.returncode}:\n"
                           + (out / f"output{r}.txt").read_text()[-2000:]
@@ -408,7 +396,7 @@ def default_gloo_threads(timeout_s: float = 60.0) -> tuple[int, int]:
         return reader.recv()
     finally:
         reader.close()
-        _kill(_WarmProcess(process))
+        kill_tree(process)
 
 
 def _default_gloo_threads_main(writer, port):

@@ -60,12 +60,6 @@ def memory_available_bytes(meminfo: str = "/proc/meminfo") -> float | None:
     return None
 
 
-def check_model_mb(model_mb: float) -> None:
-    """Refuse a size that is not a finite number (inf, nan), in MB or in bytes."""
-    if not math.isfinite(model_mb * 1e6):
-        raise ValueError(f"--model-mb must be a finite number of MB, got {model_mb}")
-
-
 def check_gpus(found: int, ranks: int) -> None:
     """``--backend nccl`` puts each rank on a GPU of its own: refuse it without enough."""
     if found == 0:

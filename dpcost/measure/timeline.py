@@ -38,16 +38,7 @@ import numbers
 import statistics
 
 from dpcost.step_time import serial_completion
-
-LANES = ("compute", "comm", "grad")
-
-
-def by_iteration(events: list) -> dict:
-    """{iteration: [(lane, name, start_ns, end_ns), ...]} in time order."""
-    iterations = {}
-    for iteration, lane, name, start, end in events:
-        iterations.setdefault(iteration, []).append((lane, name, start, end))
-    return {i: sorted(evs, key=lambda e: e[2]) for i, evs in sorted(iterations.items())}
+from dpcost.timeline_events import LANES, by_iteration
 
 
 def _union_length(intervals) -> int:

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from dpcost.memory import COMPONENTS, gpu0_memory_ratio, memory_per_gpu, total_bytes
+from dpcost.memory import (
+    COMPONENTS,
+    DEFAULT_PRECISION,
+    gpu0_memory_ratio,
+    memory_per_gpu,
+    total_bytes,
+)
 from dpcost.plots import style
 
 COMPONENT_COLORS = style.COMPONENT_COLORS  # one colour per component, in every figure
 GPU_LABELS = {"dp_gpu0": "DP\nGPU0", "dp_other": "DP\nother", "ddp_rank": "DDP\nrank"}
 
 
-def memory_stacked_bars(model, configs, optimizer: str = "adam", precision: str = "fp32",
+def memory_stacked_bars(model, configs, optimizer: str = "adam",
+                        precision: str = DEFAULT_PRECISION,
                         attention: str = "eager"):
     """Stacked bars in GB (decimal): DP GPU0, DP other GPU, DDP rank for each (n, batch) config.
 
@@ -58,7 +65,8 @@ def memory_stacked_bars(model, configs, optimizer: str = "adam", precision: str 
 
 
 def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128, 256, 512),
-                   optimizer: str = "adam", precision: str = "fp32", attention: str = "eager"):
+                   optimizer: str = "adam", precision: str = DEFAULT_PRECISION,
+                   attention: str = "eager"):
     """Lines: total(DP GPU0) / total(DDP rank) against the global batch, one line per n.
 
     Dotted lines mark the seed's n x. Returns (figure, data) with "batch_sizes" and "ratios"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from dpcost.measure.timeline import by_iteration
 from dpcost.plots import style
+from dpcost.timeline_events import by_iteration
 
 COMPUTE_COLORS = {"forward": "#a9cce3", "backward": "#148f77", "optimizer step": "#7d3c98"}
 COMM_COLORS = {"bucket": style.DDP_COLOR, "parameters out": style.DP_COLOR,

@@ -98,29 +98,3 @@ def two_paths_per_gpu(param_bytes: float, num_gpus: int, buffer_bytes: float = 0
     ax.legend(loc="upper right")
     fig.tight_layout()
     return fig, data
-
-
-def busy_ratio_vs_gpus(gpu_counts=range(2, 17)):
-    """Lines: GPU0's busy bytes under DataParallel over a DDP rank's, against n, on both paths:
-    n on the copy path (the five functions' factor), n/(n-1) on the NCCL path.
-
-    Returns (figure, data) with "gpus", "copy", "nccl" (ratios, dimensionless).
-    """
-    from dpcost.dataparallel_traffic import busy_time_ratio
-
-    style.apply()
-    gpus = list(gpu_counts)
-    copy = [busy_time_ratio(n, "copy") for n in gpus]
-    nccl = [busy_time_ratio(n, "nccl") for n in gpus]
-    fig = Figure()
-    ax = fig.subplots()
-    ax.plot(gpus, copy, "o-", color=style.DP_COLOR, ms=4, label="copy path (star): n")
-    ax.plot(gpus, nccl, "s-", color=style.DP_NCCL_COLOR, ms=4,
-            label="NCCL path (pipelined chain): n/(n-1)")
-    ax.axhline(1, color=style.DDP_COLOR, ls=":", lw=1.5, label="DDP rank = 1")
-    ax.set_xlabel("number of GPUs, n")
-    ax.set_ylabel("GPU0 busy bytes / DDP rank's (x)")
-    ax.set_title("DataParallel's busiest link against a DDP rank's, by path")
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    return fig, {"gpus": gpus, "copy": copy, "nccl": nccl}
