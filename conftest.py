@@ -31,6 +31,7 @@ SERIAL = (
     "tests/test_pitfalls.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
+    "tests/test_procs.py",
     # notebooks that start process groups
     "notebooks/06_measure_it.ipynb",
     "notebooks/07_time_and_overlap.ipynb",
