@@ -211,12 +211,12 @@ def _one_setting(torch, dist, default_hooks, build_model, batch, rank, setting):
 
 
 def predicted(result: dict) -> list[list[str]]:
-    """The buckets ``dpcost.strategies.ddp_rebuilt_buckets`` predicts from the measured ready
+    """The buckets ``dpcost.buckets.ddp_rebuilt_buckets`` predicts from the measured ready
     order, as parameter names, in the order they are all-reduced."""
-    from dpcost import strategies as st
+    from dpcost.buckets import ddp_rebuilt_buckets
 
     sizes = [result["param_bytes"][name] for name in result["ready"]]
-    buckets = st.ddp_rebuilt_buckets(sizes, small_last_bucket=result["small_last_bucket"])
+    buckets = ddp_rebuilt_buckets(sizes, small_last_bucket=result["small_last_bucket"])
     return [[result["ready"][i] for i in bucket] for bucket in buckets]
 
 

@@ -45,6 +45,7 @@ import contextlib
 import math
 
 from dpcost import strategies as st
+from dpcost.buckets import bucket_assignment, ddp_bucket_caps
 
 # torch is imported inside the functions that need it: the launcher and the report import
 # this module for the scenario names and the predictions, without torch.
@@ -371,7 +372,7 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
     numels = [math.prod(s) for s in shapes]
     psi = sum(numels)
     ready = ready_order_bytes(shapes)
-    buckets = len(st.bucket_assignment(ready, st.ddp_bucket_caps()))
+    buckets = len(bucket_assignment(ready, ddp_bucket_caps()))
     common = dict(num_params=psi, precision="fp32", optimizer="adam")
     if name == "ddp-adam":
         cost = st.ddp(p, n, buckets, **common)
@@ -383,7 +384,7 @@ def predictions(name: str, rank: int, param_bytes: int, world_size: int, depth: 
         cost = st.powersgd(shapes, n, POWERSGD_RANK, iteration=warmup,
                            start_powersgd_iter=POWERSGD_START, **common)
     elif name == "bucket-cap":
-        capped = len(st.bucket_assignment(ready, st.ddp_bucket_caps(BUCKET_CAP_MB)))
+        capped = len(bucket_assignment(ready, ddp_bucket_caps(BUCKET_CAP_MB)))
         cost = st.ddp(p, n, capped, **common)
     elif name == "zero1":
         cost = st.zero1(numels, n, rank, 4, backend, num_buckets=buckets)
@@ -421,7 +422,7 @@ def ladder_rows(report: dict, rank: int = 0) -> list:
 
     n, p = report["world_size"], report["param_bytes"]
     shapes = linear_stack_shapes(p, DEPTH)
-    buckets = len(st.bucket_assignment(ready_order_bytes(shapes), st.ddp_bucket_caps()))
+    buckets = len(bucket_assignment(ready_order_bytes(shapes), ddp_bucket_caps()))
     modelled = st.ladder(shapes, n, rank, report["backend"], MICRO_STEPS, POWERSGD_RANK,
                          buckets, DEPTH)
     rows = []
