@@ -8,6 +8,9 @@ notebook that starts processes goes in this list; benchmarks/repeat.py repeats e
 it.
 """
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,47 @@ SERIAL = (
     "notebooks/ex3_migrate.ipynb",
     "notebooks/instructor/ex3_migrate.ipynb",
 )
+
+
+# The lessons that need no torch. Under nbval their kernel (and its children) start with torch made
+# unimportable, so the run that checks their outputs is also the check that they run without it.
+TORCH_FREE = ("00_start_here", "02_ring_allreduce", "03_the_proof", "04_gpu0_memory",
+              "05_explorer", "ex1_five_functions", "ex2_ring_step")
+_no_torch_site: list[Path] = []
+
+
+def no_torch_site() -> Path:
+    """A folder whose sitecustomize.py makes torch unimportable (None in sys.modules, which is
+    also what importlib.util.find_spec reports for a missing module); put it on PYTHONPATH."""
+    if not _no_torch_site:
+        site = Path(tempfile.mkdtemp(prefix="nbval-no-torch-"))
+        (site / "sitecustomize.py").write_text(
+            'import sys\nsys.modules["torch"] = None  # as if torch were not installed\n')
+        _no_torch_site.append(site)
+    return _no_torch_site[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    # nbval starts a notebook's kernel while its first cell is set up; the kernel inherits this
+    blocked = item.path.suffix == ".ipynb" and item.path.stem in TORCH_FREE
+    before = os.environ.get("PYTHONPATH")
+    if blocked:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(no_torch_site()), before]))
+    try:
+        yield
+    finally:
+        if blocked:
+            if before is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = before
+
+
+def pytest_unconfigure(config):
+    for site in _no_torch_site:
+        shutil.rmtree(site, ignore_errors=True)
+    _no_torch_site.clear()
 
 
 def pytest_configure(config):

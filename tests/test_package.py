@@ -4,6 +4,7 @@ torch-free lessons really run without it (in this environment with torch blocked
 virtual environment holding only the wheel)."""
 
 import email
+import importlib.util
 import json
 import os
 import re
@@ -30,8 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 HEAVY = ["torch", "sympy", "matplotlib", "ipywidgets", "numpy"]
 # The lessons and exercises that must run without torch (issue 13); every other notebook needs it.
-TORCH_FREE = ["00_start_here", "02_ring_allreduce", "03_the_proof", "04_gpu0_memory",
-              "05_explorer", "ex1_five_functions", "ex2_ring_step"]
+
+
+def _root_conftest():
+    """The repository's conftest.py (TORCH_FREE, the torch blocker nbval's kernels start with)."""
+    spec = importlib.util.spec_from_file_location("dpcost_root_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ROOT_CONFTEST = _root_conftest()
+TORCH_FREE = list(ROOT_CONFTEST.TORCH_FREE)
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 NO_TORCH_MESSAGE = "dpcost.measure needs PyTorch: pip install 'dpcost[measure]'"
 # conda-forge's names where they differ from PyPI's (checked on conda-forge's recipes)
@@ -291,23 +302,49 @@ def test_fresh_venv_without_torch_runs_lesson_02(wheel, tmp_path, monkeypatch):
 # --- in this environment, with torch made unimportable -------------------------------------------
 
 @pytest.fixture(scope="module")
-def no_torch(tmp_path_factory):
-    """Kernel and child processes see torch as not installed (None in sys.modules, which is also
-    what importlib.util.find_spec reports for a missing module)."""
+def blocker():
+    """conftest.py's torch blocker; its folder is removed after this module's tests."""
+    yield ROOT_CONFTEST
+    ROOT_CONFTEST.pytest_unconfigure(None)
+
+
+@pytest.fixture(scope="module")
+def no_torch(tmp_path_factory, blocker):
+    """Kernel and child processes see torch as not installed: conftest.py's blocker, the one
+    nbval's kernels start with for the TORCH_FREE lessons (so their nbval run is the check that
+    they run without torch)."""
     where = tmp_path_factory.mktemp("no_torch")
-    (where / "site").mkdir()
-    (where / "site" / "sitecustomize.py").write_text(
-        'import sys\nsys.modules["torch"] = None  # as if torch were not installed\n')
     # ROOT too: the kernel and its children import this checkout's dpcost
-    env = {"PYTHONPATH": os.pathsep.join([str(where / "site"), str(ROOT)])}
+    env = {"PYTHONPATH": os.pathsep.join([str(blocker.no_torch_site()), str(ROOT)])}
     _kernelspec(where, "dpcost-no-torch", sys.executable, env)
     return where, env
 
 
-@pytest.mark.parametrize("notebook", TORCH_FREE)
-def test_torch_free_notebook_runs_with_torch_blocked(notebook, no_torch, monkeypatch):
-    monkeypatch.setenv("JUPYTER_PATH", str(no_torch[0]))
-    _execute(notebook, "dpcost-no-torch")
+class _Cell:  # what the blocker reads of an nbval item: its notebook's path
+    def __init__(self, path):
+        self.path = path
+
+
+@pytest.mark.parametrize("notebook, blocked", [
+    (NOTEBOOKS / "02_ring_allreduce.ipynb", True),
+    (NOTEBOOKS / "instructor" / "ex1_five_functions.ipynb", True),
+    (NOTEBOOKS / "01_what_dataparallel_moves.ipynb", False),
+    (ROOT / "tests" / "test_package.py", False)])
+def test_nbval_starts_the_torch_free_lessons_kernels_with_torch_blocked(notebook, blocked,
+                                                                       blocker):
+    """While a cell of a TORCH_FREE lesson is set up (nbval starts its kernel then), a new
+    interpreter cannot import torch; for any other, it can; and PYTHONPATH comes back after."""
+    before = os.environ.get("PYTHONPATH")
+    setup = blocker.pytest_runtest_setup(_Cell(notebook))
+    next(setup)
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
+                                "print(u.find_spec('torch') is None)"],
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        setup.close()
+    assert probe.stdout.strip() == str(blocked), probe.stderr
+    assert os.environ.get("PYTHONPATH") == before
 
 
 def test_the_blocker_stops_a_lesson_that_needs_torch(no_torch, monkeypatch):
