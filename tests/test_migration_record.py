@@ -22,25 +22,25 @@ def test_the_recorder_does_nothing_when_the_check_is_not_running(tmp_path, monke
 
 
 def test_the_recorder_writes_what_the_script_saw(tmp_path, monkeypatch):
+    """No optimizer here: building one imports torch._dynamo (seconds); the check's own test
+    (tests/test_migration_check.py) records a real Adam's name, lr and steps."""
     monkeypatch.setenv(m.RECORD_ENV, str(tmp_path))
     monkeypatch.setenv("RANK", "1")
     torch.manual_seed(0)
     model = nn.Linear(2, 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     record = m.Recorder()
     for epoch, batches in enumerate([[[3, 1], [0, 2]], [[2, 0], [1, 3]]]):
         for index in batches:
-            model(torch.ones(2, 2)).sum().backward()
-            optimizer.step()
             record.samples(torch.tensor(index), epoch=epoch)
+    record.samples(7, epoch=2)
     record.saved()
-    record.result(loss=torch.tensor(0.25), params=nn.DataParallel(model), optimizer=optimizer)
+    record.result(loss=torch.tensor(0.25), params=nn.DataParallel(model))
     line = json.loads((tmp_path / "rank1.json").read_text())
-    assert line["sample_ids"] == [[3, 1, 0, 2], [2, 0, 1, 3]]
+    assert line["sample_ids"] == [[3, 1, 0, 2], [2, 0, 1, 3], [7]]
     assert line["params"] == [p.item() for p in torch.cat([model.weight.flatten(), model.bias])]
     assert line["checksum"] == pytest.approx(sum(abs(p) for p in line["params"]))
     assert line["checkpoint_writes"] == 1 and line["final_loss"] == 0.25
-    assert line["optimizer"] == {"name": "Adam", "lr": 0.01, "steps": 4.0}
+    assert line["optimizer"] is None
     assert [p.name for p in tmp_path.iterdir()] == ["rank1.json"]  # no .part left
 
 
