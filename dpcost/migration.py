@@ -19,6 +19,10 @@ writes. The same comparison catches each migration bug the DDP script can inject
   train_ddp.py, joins the process group with its ``setup()``, runs its ``train`` per case and
   leaves with ``destroy_process_group`` (``python -m dpcost.migration`` is that entry point).
 - :func:`run_script` runs a script file as a user would and parses its JSON line.
+- :func:`check_scripts` (``python -m dpcost.migration check my_dp.py my_ddp.py``) checks a
+  practitioner's OWN pair of scripts: each calls :data:`record` (``record.samples``,
+  ``record.result``), which writes what it saw into a folder the check names in
+  ``DPCOST_MIGRATION_RECORD`` and does nothing when that variable is unset.
 
 torchrun runs in its own session with a time limit and is killed as a group at the end; it and
 the ranks of :func:`run_ddp` also get SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), so
@@ -27,6 +31,7 @@ no process outlives these functions, even when the caller is killed. Results are
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -126,28 +131,38 @@ def _kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _run(command: list[str], timeout_s: float) -> str:
-    """Run ``command`` in a new session; its stdout. Kill the whole group whatever happens.
-    TMPDIR is a scratch folder removed afterwards: torchrun's torchelastic_* logs go with it."""
+def _spawn(command: list[str], timeout_s: float, cwd=ROOT, extra_env=None, merge=True
+           ) -> tuple[int, str, str]:
+    """Run ``command`` in a new session: (exit status, stdout, stderr), stderr in stdout when
+    ``merge``. Kill the whole group whatever happens. TMPDIR is a scratch folder removed
+    afterwards: torchrun's torchelastic_* logs go with it."""
     from dpcost.procs import scratch_tmpdir
 
     with scratch_tmpdir("dpcost-migration-run-") as tmpdir:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
-            OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", TMPDIR=tmpdir)
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True, cwd=ROOT, env=env,
+            OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", TMPDIR=tmpdir, **(extra_env or {}))
+        process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                                   text=True, start_new_session=True, cwd=cwd, env=env,
                                    preexec_fn=die_with_parent)
         try:
-            output, _ = process.communicate(timeout=timeout_s)
+            output, errors = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             raise MigrationRunError(f"timed out after {timeout_s:g} s: {' '.join(command)}"
                                     ) from None
         finally:
             _kill_group(process)  # children of children too (same session and group)
-    if process.returncode != 0:
-        raise MigrationRunError(f"exit status {process.returncode}: {' '.join(command)}\n"
+    return process.returncode, output, errors or ""
+
+
+def _run(command: list[str], timeout_s: float) -> str:
+    """Run ``command`` with :func:`_spawn`; its output (stdout and stderr), or
+    MigrationRunError with the output's tail when it exits non-zero."""
+    returncode, output, _ = _spawn(command, timeout_s)
+    if returncode != 0:
+        raise MigrationRunError(f"exit status {returncode}: {' '.join(command)}\n"
                                 + output[-3000:])
     return output
 
@@ -250,11 +265,47 @@ def same_order_every_epoch(epochs) -> bool:
     return len(epochs) > 1 and all(e == epochs[0] for e in epochs[1:])
 
 
-def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL) -> list[str]:
+# Optimizers whose step divides each gradient element by a running measure of its own size, so
+# that every parameter moves about lr per step whatever its gradient's scale (torch/optim/).
+ADAPTIVE_OPTIMIZERS = frozenset({"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad",
+                                 "RMSprop", "SparseAdam"})
+ADAPTIVE_RTOL = 1e-2  # accepted difference, as a fraction of lr x steps (see parameter_tolerance)
+
+
+def parameter_tolerance(reference: dict, atol: float = DEFAULT_ATOL,
+                        adaptive_rtol: float = ADAPTIVE_RTOL) -> tuple[float, str]:
+    """The largest |parameter difference| that float rounding explains, and why, in words.
+
+    SGD moves a parameter by lr x its gradient, so a rounding error in a gradient (relative size
+    u = 2**-24 in float32, times how much the per-sample terms cancel) moves it by lr x that
+    small absolute error: ``atol`` (1e-5) covers it. An adaptive optimizer divides each element
+    by a running measure of its own size: Adam's step is lr * m_hat / (sqrt(v_hat) + eps)
+    (torch/optim/adam.py), about lr whatever the gradient's scale (Kingma & Ba 2015, section
+    2.1: at most lr * (1 - beta1) / sqrt(1 - beta2)). Its sensitivity to an error dg in a
+    gradient is lr / sqrt(v_hat) per unit dg, where SGD's is lr: the inverse of the gradient's
+    own size. So the same relative rounding error becomes an error of lr x (relative error) per
+    step, largest on the elements whose gradient nearly cancels; it adds up over the steps to a
+    fraction of lr x steps, the farthest such an optimizer moves a parameter. The tolerance is
+    ``adaptive_rtol`` (1 %) of that, when the reference recorded an adaptive optimizer (its
+    ``optimizer``: name, lr, steps) and that exceeds ``atol``; else ``atol``.
+    """
+    optimizer = reference.get("optimizer") or {}
+    name, lr, steps = optimizer.get("name"), optimizer.get("lr"), optimizer.get("steps")
+    if name in ADAPTIVE_OPTIMIZERS and lr and steps:
+        scaled = adaptive_rtol * lr * steps
+        if scaled > atol:
+            return scaled, f"{scaled:.2g} = {adaptive_rtol:g} x lr {lr:g} x {steps:g} steps, {name}"
+    return atol, f"{atol:g}"
+
+
+def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL,
+             adaptive_rtol: float = ADAPTIVE_RTOL) -> list[str]:
     """What differs between ``result`` (DDP) and ``reference`` (one process), in words.
 
-    An empty list means: same final parameters to ``atol``, every sample of each epoch seen
-    once by exactly one rank, ranks in sync, and no more checkpoint writes than the reference.
+    An empty list means: same final parameters to the tolerance of :func:`parameter_tolerance`
+    (``atol``, scaled up for an adaptive optimizer that the reference recorded), every sample of
+    each epoch seen once by exactly one rank, ranks in sync, no more checkpoint writes than the
+    reference, and the same optimizer and learning rate where both recorded one.
     """
     findings = []
     ranks = result["sample_ids"]  # [rank][epoch] -> sample ids in the order seen
@@ -289,12 +340,28 @@ def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL) -> list[
         findings.append(f"the checkpoint was written {result['checkpoint_writes']} times, "
                         f"{reference['checkpoint_writes']} in one process: save on rank 0 only "
                         "(then a barrier)")
+    mine, theirs = reference.get("optimizer"), result.get("optimizer")
+    if mine and theirs and (mine["name"], mine["lr"]) != (theirs["name"], theirs["lr"]):
+        findings.append(f"the optimizer differs: {theirs['name']} with lr {theirs['lr']:g} "
+                        f"under DDP, {mine['name']} with lr {mine['lr']:g} in one process (a "
+                        "global batch split over the ranks keeps the one-process lr)")
+    if mine and theirs and mine.get("steps") and theirs.get("steps") and \
+            mine["steps"] != theirs["steps"]:
+        findings.append(f"the DDP run took {theirs['steps']:g} optimizer steps, one process "
+                        f"{mine['steps']:g}: each rank's batch must be the global batch / n "
+                        f"({n} ranks)")
+    limit, why = parameter_tolerance(reference, atol, adaptive_rtol)
     diff = max_param_diff(reference, result)
-    if not diff <= atol:
+    if not diff <= limit:
+        adaptive = (mine or {}).get("name") in ADAPTIVE_OPTIMIZERS
+        hint = ("look at BatchNorm and at the batch per rank (global / n); a summed loss "
+                "does not show here: an adaptive step divides the gradient's scale out"
+                if adaptive else "look at the loss (mean, not sum) and at BatchNorm; an adaptive "
+                "optimizer (Adam) also grows float rounding with lr x steps: give it to "
+                "record.result(optimizer=...) so that the tolerance scales with it")
         findings.append(f"final parameters differ from the one-process run by up to {diff:.3g} "
-                        f"(tolerance {atol:g})" + ("" if findings else ": same samples, same "
-                                                   "order, ranks in sync - look at the loss "
-                                                   "(mean, not sum) and at BatchNorm"))
+                        f"(tolerance {why})" + ("" if findings else ": same samples, same "
+                                                f"order, ranks in sync - {hint}"))
     return findings
 
 
@@ -390,7 +457,290 @@ def _torchrun_main(cases_file: str, out_file: str) -> None:
         dist.destroy_process_group()
 
 
+# A practitioner's own pair of scripts: what they record, and the check that runs them.
+RECORD_ENV = "DPCOST_MIGRATION_RECORD"  # the folder a checked script writes rank<RANK>.json into
+RECORD_HOWTO = ("add `from dpcost.migration import record`, `record.samples(index, "
+                "epoch=epoch)` per batch and `record.result(loss=loss, params=model, "
+                "optimizer=optimizer)` at the end")
+
+
+class Recorder:
+    """What a training script tells ``python -m dpcost.migration check``; three lines in it:
+
+        from dpcost.migration import record
+        record.samples(index, epoch=epoch)      # per batch: the ids of the samples it holds
+        record.result(loss=loss, params=model, optimizer=optimizer)   # once, at the end
+
+    (``record.saved()`` after each checkpoint write counts the writes.) Every call returns at
+    once when ``DPCOST_MIGRATION_RECORD`` is unset, so the lines can stay in a script that runs
+    on its own. Under the check, ``result`` writes ``rank<RANK>.json`` into that folder (RANK
+    from torchrun, 0 in one process): the sample ids per epoch, the parameters as float64, their
+    checksum (sum of |p|), the checkpoint writes, the loss, and the optimizer's name, lr and
+    steps (which scale the tolerance, :func:`parameter_tolerance`).
+    """
+
+    def __init__(self):
+        self._epochs: dict[int, list[int]] = {}
+        self._writes = 0
+
+    @staticmethod
+    def folder() -> str | None:
+        return os.environ.get(RECORD_ENV) or None
+
+    def samples(self, index, epoch: int) -> None:
+        """Note the sample ids of one batch (a tensor, list or int), in order, for ``epoch``."""
+        if self.folder() is None:
+            return
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        ids = index.tolist() if hasattr(index, "tolist") else index
+        ids = [ids] if isinstance(ids, int) else list(ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ValueError(f"index must hold sample ids (ints), got {ids[:3]!r}...")
+        self._epochs.setdefault(epoch, []).extend(ids)
+
+    def saved(self) -> None:
+        """Note one checkpoint write by this process."""
+        if self.folder() is not None:
+            self._writes += 1
+
+    def result(self, loss, params, optimizer=None) -> None:
+        """Write what this process saw: ``params`` an nn.Module (DataParallel and DDP give their
+        module's), a tensor or an iterable of tensors; ``loss`` a number or 0-d tensor."""
+        folder = self.folder()
+        if folder is None:
+            return
+        import torch
+
+        if isinstance(params, torch.nn.Module):
+            params = list(params.parameters())
+        elif isinstance(params, torch.Tensor):
+            params = [params]
+        else:
+            params = list(params)
+        if not params or not all(isinstance(p, torch.Tensor) for p in params):
+            raise ValueError("params must be an nn.Module, a tensor or tensors, got "
+                             f"{type(params).__name__} without tensors")
+        flat = torch.cat([p.detach().reshape(-1).double().cpu() for p in params])
+        line = {"rank": int(os.environ.get("RANK", 0)),
+                "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+                "final_loss": float(loss), "params": flat.tolist(),
+                "checksum": flat.abs().sum().item(), "checkpoint_writes": self._writes,
+                "sample_ids": [self._epochs[e] for e in sorted(self._epochs)],
+                "optimizer": None if optimizer is None else _optimizer_facts(optimizer)}
+        path = Path(folder, f"rank{line['rank']}.json")
+        path.with_suffix(".part").write_text(json.dumps(line))
+        path.with_suffix(".part").replace(path)  # whole, or not there
+
+
+def _optimizer_facts(optimizer) -> dict:
+    """Name, largest lr over the param groups, and steps taken (``state[p]["step"]``, which
+    every torch.optim adaptive optimizer keeps; None for SGD without momentum state)."""
+    steps = [float(state["step"]) for state in optimizer.state.values() if "step" in state]
+    return {"name": type(optimizer).__name__,
+            "lr": max(float(group["lr"]) for group in optimizer.param_groups),
+            "steps": max(steps) if steps else None}
+
+
+record = Recorder()
+
+
+class CheckInputError(ValueError):
+    """The check could not compare: a missing script, one that failed, one that recorded
+    nothing. The message is one line that names the parameter (exit status 2)."""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output on stderr)"
+
+
+def _rank_stderr(log_dir: Path) -> str:
+    """The first rank's stderr that says anything, from torchrun's ``--redirects`` files
+    (``<log_dir>/<run>/attempt_0/<local rank>/stderr.log``)."""
+    for path in sorted(log_dir.glob("*/attempt_*/*/stderr.log"),
+                       key=lambda p: (p.parent.parent.name, int(p.parent.name))):
+        text = path.read_text(errors="replace")
+        if text.strip():
+            return text
+    return ""
+
+
+def _read_records(folder: Path, name: str, script: Path, world_size: int) -> list[dict]:
+    ranks = []
+    for rank in range(world_size):
+        path = folder / f"rank{rank}.json"
+        if not path.is_file():
+            who = "it" if world_size == 1 else f"rank {rank}"
+            raise CheckInputError(f"{name}: {script.name} ran, but {who} never called "
+                                  f"record.result(): {RECORD_HOWTO}")
+        line = json.loads(path.read_text())
+        if not line["sample_ids"]:
+            raise CheckInputError(f"{name}: {script.name} never called record.samples(): "
+                                  f"{RECORD_HOWTO}")
+        ranks.append(line)
+    return ranks
+
+
+def _as_result(ranks: list[dict]) -> dict:
+    """The rank files of one run as one result, in the shape :func:`diagnose` reads."""
+    first = ranks[0]
+    return {"params": first["params"], "final_loss": first["final_loss"],
+            "optimizer": first["optimizer"], "world_size": len(ranks),
+            "sample_ids": [r["sample_ids"] for r in ranks],
+            "rank_checksums": [r["checksum"] for r in ranks],
+            "checkpoint_writes": sum(r["checkpoint_writes"] for r in ranks),
+            "samples_per_rank": [sum(map(len, r["sample_ids"])) for r in ranks]}
+
+
+def _run_recorded(name: str, script: Path, args: list[str], nproc: int | None, folder: Path,
+                  timeout_s: float) -> dict:
+    """Run one script (under torchrun when ``nproc``) with the recorder on; its result."""
+    folder.mkdir()
+    logs = folder / "logs"
+    command = ([sys.executable, str(script), *args] if nproc is None else torchrun_command(
+        nproc, ["--redirects", "2", "--log-dir", str(logs), str(script), *args]))
+    try:
+        returncode, _, errors = _spawn(command, timeout_s, cwd=Path.cwd(), merge=False,
+                                       extra_env={RECORD_ENV: str(folder)})
+    except MigrationRunError:
+        raise CheckInputError(f"--timeout-s: {script.name} ran past {timeout_s:g} s") from None
+    if returncode != 0:
+        where = "" if nproc is None else " under torchrun"
+        said = (_rank_stderr(logs) if nproc is not None else "") or errors
+        raise CheckInputError(f"{name}: {script.name} exited with status {returncode}{where}: "
+                              f"{_last_line(said)}")
+    return _as_result(_read_records(folder, name, script, nproc or 1))
+
+
+def check_scripts(dp_script, ddp_script, nproc: int = 2, args=(), atol: float = DEFAULT_ATOL,
+                  adaptive_rtol: float = ADAPTIVE_RTOL, timeout_s: float = 300.0) -> dict:
+    """Run ``dp_script`` in one process and ``ddp_script`` under torchrun on ``nproc`` ranks,
+    both with ``args`` and the recorder on, and compare them with :func:`diagnose`.
+
+    Returns {"findings": [...] (empty: the migration is right), "max_param_diff",
+    "tolerance", "why", "reference", "result"}; raises CheckInputError (one line) when the
+    scripts cannot be compared.
+    """
+    paths = {}
+    for name, script in (("dp_script", dp_script), ("ddp_script", ddp_script)):
+        path = Path(script)
+        if not path.is_file():
+            raise CheckInputError(f"{name}: no such file: {script}")
+        paths[name] = path.resolve()
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
+        raise CheckInputError(f"--nproc must be an int >= 2 (a DDP run to compare), got {nproc!r}")
+    for flag, value in (("--atol", atol), ("--optimizer-tolerance", adaptive_rtol),
+                        ("--timeout-s", timeout_s)):
+        if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+            raise CheckInputError(f"{flag} must be a finite number > 0, got {value!r}")
+    args = [str(a) for a in args]
+    with tempfile.TemporaryDirectory(prefix="dpcost-migration-check-") as tmp:
+        reference = _run_recorded("dp_script", paths["dp_script"], args, None,
+                                  Path(tmp, "dp"), timeout_s)
+        result = _run_recorded("ddp_script", paths["ddp_script"], args, nproc,
+                               Path(tmp, "ddp"), timeout_s)
+    limit, why = parameter_tolerance(reference, atol, adaptive_rtol)
+    return {"findings": diagnose(reference, result, atol, adaptive_rtol),
+            "max_param_diff": max_param_diff(reference, result), "tolerance": limit,
+            "why": why, "reference": reference, "result": result}
+
+
+def render_check(dp_script, ddp_script, report: dict) -> list[str]:
+    """The check's report as lines: what ran, the verdict, then one line per finding."""
+    reference, result = report["reference"], report["result"]
+    lines = [f"{Path(dp_script).name} (1 process, {reference['samples_per_rank'][0]} samples) "
+             f"against {Path(ddp_script).name} ({result['world_size']} ranks, "
+             f"{result['samples_per_rank']} samples): largest parameter difference "
+             f"{report['max_param_diff']:.2g} (tolerance {report['why']})"]
+    if not report["findings"]:
+        lines.append("the migration is right: same samples, each once per epoch, a new order "
+                     "each epoch, ranks in sync, same parameters")
+    return lines + report["findings"]
+
+
+CHECK_HELP = """\
+Check your own migration from DataParallel to DDP by running both scripts.
+
+  python -m dpcost.migration check my_dp.py my_ddp.py [--nproc 2] [-- SCRIPT ARGS]
+
+runs my_dp.py in one process and my_ddp.py under torchrun on --nproc ranks (gloo on
+CPUs, NCCL on GPUs), both with the same SCRIPT ARGS, then compares them: the samples
+each rank saw per epoch, the order across epochs, the ranks' final parameters, the
+checkpoint writes, the optimizer and lr, and the final parameters against one process.
+One line per finding; exit status 0 when the migration is right, 1 when not, 2 when
+the scripts could not be compared (one line naming what).
+
+Each script records what it does with three lines (they do nothing outside the check):
+
+  from dpcost.migration import record
+  record.samples(index, epoch=epoch)       # per batch: the ids of its samples
+  record.result(loss=loss, params=model, optimizer=optimizer)   # at the end
+
+and record.saved() after each checkpoint write. For a number-for-number comparison
+the one-process script must draw the order DistributedSampler draws: use
+DistributedSampler(dataset, num_replicas=1, rank=0) with set_epoch(epoch) there, and
+give the DDP ranks global batch / n each. Tolerance: --atol (float32 rounding with
+SGD), scaled to --optimizer-tolerance x lr x steps for an adaptive optimizer (Adam,
+...) that record.result was given. Example pair: examples/own_migration/.
+"""
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    return value
+
+
+def _check_main(argv: list[str]) -> int:
+    from dpcost.procs import OneLineErrorParser, print_out
+
+    script_args = []
+    if "--" in argv:
+        argv, script_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    parser = OneLineErrorParser(prog="python -m dpcost.migration check",
+                                description=CHECK_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dp_script", help="the one-process (DataParallel) script")
+    parser.add_argument("ddp_script", help="the DDP script, run under torchrun")
+    parser.add_argument("--nproc", type=int, default=2, help="DDP ranks (default 2)")
+    parser.add_argument("--atol", type=_number, default=DEFAULT_ATOL,
+                        help=f"largest parameter difference accepted (default {DEFAULT_ATOL:g})")
+    parser.add_argument("--optimizer-tolerance", type=_number, default=ADAPTIVE_RTOL,
+                        help="for an adaptive optimizer: the fraction of lr x steps accepted "
+                             f"(default {ADAPTIVE_RTOL:g})")
+    parser.add_argument("--timeout-s", type=_number, default=300.0,
+                        help="time limit per script run (default 300)")
+    args = parser.parse_args(argv)
+    try:
+        report = check_scripts(args.dp_script, args.ddp_script, args.nproc, script_args,
+                               args.atol, args.optimizer_tolerance, args.timeout_s)
+    except CheckInputError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    for line in render_check(args.dp_script, args.ddp_script, report):
+        print_out(line)
+    return 1 if report["findings"] else 0
+
+
+def main(argv=None) -> int:
+    """``check ...`` (the practitioner's check), or ``--help``; ``CASES.json OUT.json`` is the
+    course's own torchrun entry (:func:`run_ddp`)."""
+    from dpcost.procs import OneLineErrorParser, run_cli
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check"]:
+        return run_cli("python -m dpcost.migration check", _check_main, argv[1:])
+    if len(argv) == 2 and not argv[0].startswith("-"):
+        _torchrun_main(argv[0], argv[1])
+        return 0
+    parser = OneLineErrorParser(prog="python -m dpcost.migration", description=CHECK_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["check"], help="check DP_SCRIPT DDP_SCRIPT ...")
+    return run_cli("python -m dpcost.migration", lambda: parser.parse_args(argv) and 2)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: torchrun ... -m dpcost.migration CASES.json OUT.json")
-    _torchrun_main(sys.argv[1], sys.argv[2])
+    sys.exit(main())

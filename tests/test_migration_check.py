@@ -1,0 +1,101 @@
+"""``python -m dpcost.migration check`` on a practitioner's own pair, not the course's scripts
+(examples/own_migration: an MLP on synthetic data with Adam), run for real on 2 gloo ranks: the
+correct migration passes under the tolerance scaled to Adam, a missing ``set_epoch`` fails with
+its finding, and scripts that cannot be compared exit 2 with one line naming the parameter.
+One check run per case (module-scoped fixtures): two torchruns in all."""
+
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from dpcost import migration as m
+
+OWN = m.EXAMPLES / "own_migration"
+
+
+def check(*argv, timeout=300):
+    """The check as a user runs it: its exit status, stdout lines and stderr lines."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(m.ROOT), os.environ.get("PYTHONPATH", "")])))
+    done = subprocess.run([sys.executable, "-m", "dpcost.migration", "check", *map(str, argv)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    return done.returncode, done.stdout.splitlines(), done.stderr.splitlines()
+
+
+def _descendants():
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def correct():
+    before = _descendants()
+    ran = check(OWN / "dp.py", OWN / "ddp.py")
+    assert _descendants() - before == set()  # torchrun, its agent and the ranks are all gone
+    return ran
+
+
+@pytest.fixture(scope="module")
+def without_set_epoch(tmp_path_factory):
+    """ddp.py with its ``sampler.set_epoch(epoch)`` line deleted, as a practitioner forgets it."""
+    source = (OWN / "ddp.py").read_text().splitlines(keepends=True)
+    kept = [line for line in source if "sampler.set_epoch(epoch)" not in line]
+    assert len(kept) == len(source) - 1
+    script = tmp_path_factory.mktemp("own") / "ddp_no_set_epoch.py"
+    script.write_text("".join(kept))
+    return check(OWN / "dp.py", script)
+
+
+def test_a_correct_adam_migration_passes(correct):
+    status, out, err = correct
+    assert status == 0 and err == [], err
+    header, verdict = out
+    assert verdict.startswith("the migration is right")
+    assert "dp.py (1 process, 768 samples) against ddp.py (2 ranks, [384, 384] samples)" in header
+    # 3 epochs x 256 samples / 32 = 24 Adam steps at lr 0.001: tolerance 1 % of lr x steps
+    assert "(tolerance 0.00024 = 0.01 x lr 0.001 x 24 steps, Adam)" in header
+    diff = float(header.split("largest parameter difference ")[1].split()[0])
+    assert diff < m.DEFAULT_ATOL  # float32 rounding here: far below either tolerance
+
+
+def test_a_missing_set_epoch_fails_with_its_finding(without_set_epoch):
+    status, out, err = without_set_epoch
+    assert status == 1 and err == [], err
+    assert m.SAME_ORDER in out[1:]
+    assert any(line.startswith("final parameters differ") for line in out[1:])
+
+
+def _script(folder, name, source):
+    path = folder / name
+    path.write_text(source)
+    return path
+
+
+def test_scripts_that_cannot_be_compared_exit_2_in_one_line(tmp_path):
+    failing = _script(tmp_path, "failing.py", "import sys\nprint('loading', file=sys.stderr)\n"
+                      "raise ValueError('no such column: price')\n")
+    silent = _script(tmp_path, "silent.py", "print('trained')\n")
+    slow = _script(tmp_path, "slow.py", "import time\ntime.sleep(60)\n")
+    dp, ddp = OWN / "dp.py", OWN / "ddp.py"
+    cases = [
+        ((tmp_path / "nope.py", ddp), "dp_script: no such file: "),
+        ((dp, tmp_path / "nope.py"), "ddp_script: no such file: "),
+        ((dp, ddp, "--nproc", "1"), "--nproc must be an int >= 2 (a DDP run to compare), got 1"),
+        ((dp, ddp, "--atol", "0"), "--atol must be a finite number > 0, got 0.0"),
+        ((dp, ddp, "--optimizer-tolerance", "nan"), "--optimizer-tolerance must be a finite"),
+        ((dp, ddp, "--atol", "x"), "argument --atol: must be a number, got 'x'"),
+        ((failing, ddp), "dp_script: failing.py exited with status 1: "
+                         "ValueError: no such column: price"),
+        ((silent, ddp), "dp_script: silent.py ran, but it never called record.result(): add "
+                        "`from dpcost.migration import record`"),
+        ((slow, ddp, "--timeout-s", "1"), "--timeout-s: slow.py ran past 1 s"),
+    ]
+    before = _descendants()
+    for argv, words in cases:
+        status, out, err = check(*argv, timeout=60)
+        assert status == 2 and out == [] and len(err) == 1, (argv, out, err)
+        assert err[0].startswith("python -m dpcost.migration check: error: "), err
+        assert words in err[0], err
+    assert _descendants() - before == set()
