@@ -31,6 +31,7 @@ SERIAL = (
     "tests/test_powersgd_gloo.py",
     "tests/test_examples.py",
     "tests/test_migration.py",
+    "tests/test_migration_check.py",
     "tests/test_pitfalls.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
