@@ -35,13 +35,12 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from dpcost.procs import die_with_parent
+from dpcost.procs import die_with_parent, kill_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -93,44 +92,6 @@ def _train_each(script, cases):
                 for name, argv in cases.items()}
 
 
-
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (children of children too), read from /proc (Linux)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue  # gone meanwhile
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [c for c, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    """Stop ``process`` and everything under it: torchrun starts each rank in a session of its
-    own (``start_new_session`` in torch/distributed/elastic/multiprocessing/
-    subprocess_handler), so its process group alone does not reach them."""
-    family = _descendants(process.pid)
-    if process.poll() is None:
-        process.terminate()  # torchrun passes SIGTERM on to its ranks and cleans up
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    for pid in [process.pid, *family]:
-        try:
-            os.killpg(pid, signal.SIGKILL) if pid == process.pid else os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    process.wait()
-
-
 def _spawn(command: list[str], timeout_s: float, cwd=ROOT, extra_env=None, merge=True
            ) -> tuple[int, str, str]:
     """Run ``command`` in a new session: (exit status, stdout, stderr), stderr in stdout when
@@ -149,11 +110,14 @@ def _spawn(command: list[str], timeout_s: float, cwd=ROOT, extra_env=None, merge
         try:
             output, errors = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            kill_tree(process, grace_s=5)
             raise MigrationRunError(f"timed out after {timeout_s:g} s: {' '.join(command)}"
                                     ) from None
         finally:
-            _kill_group(process)  # children of children too (same session and group)
+            # torchrun starts each rank in a session of its own (start_new_session in
+            # torch/distributed/elastic/multiprocessing/subprocess_handler); SIGTERM first:
+            # torchrun passes it on to its ranks and cleans up
+            kill_tree(process, grace_s=5)
     return process.returncode, output, errors or ""
 
 

@@ -84,9 +84,11 @@ def rows():
     before = _descendants()
     rows = {row["case"]: row for row in m.compare_cases(nproc=2)}
     assert _descendants() - before == set()  # torchrun, its agent and the ranks are all gone
-    assert not [p for p in psutil.process_iter(["cmdline"])
+    # a rank in a session of its own may have lost its parent link: look for ours by command
+    # line and folder (another checkout's run may be going on beside this one)
+    assert not [p for p in psutil.process_iter(["cmdline", "cwd"])
                 if "dpcost.migration" in " ".join(p.info["cmdline"] or [])
-                and p.pid != os.getpid()]
+                and p.info["cwd"] == str(m.ROOT) and p.pid != os.getpid()]
     return rows
 
 
