@@ -30,6 +30,7 @@ from dpcost.dataparallel_traffic import (
 )
 from dpcost.memory import (
     ATTENTIONS,
+    COMPONENTS,
     PRECISION_MODES,
     activation_bytes_per_sample,
     fit_verdicts,
@@ -565,7 +566,9 @@ def controls() -> dict:
     return {"order": list(CONTROL_LABELS), "labels": dict(CONTROL_LABELS), "options": options,
             "defaults": {**DEFAULTS, **_defaults_for(DEFAULTS["model"])},
             "model_defaults": {m: _defaults_for(m) for m in [*MODELS, CUSTOM]},
-            "limits": {"batch_size": [1, MAX_BATCH_SIZE], "outputs": [1, MAX_OUTPUTS]}}
+            "limits": {"batch_size": [1, MAX_BATCH_SIZE], "outputs": [1, MAX_OUTPUTS]},
+            "components": list(COMPONENTS), "curves": list(CURVE_NAMES.values()),
+            "step_parts": list(STEP_PARTS), "strategies": list(STRATEGY_NAMES.values())}
 
 
 def parse_whole_number(value, name: str, maximum: int) -> int:
@@ -716,8 +719,10 @@ def _volume_data(s: dict) -> dict:
             markers += [{"n": n, "bytes": s["dp_bytes"][path], "series": CURVE_NAMES[key]}
                         for key, path in (("dp_copy", "copy"), ("dp_nccl", "nccl"))]
         markers.append({"n": n, "bytes": s["ddp_bytes"], "series": CURVE_NAMES["ddp"]})
-    return {"rows": rows, "markers": markers, "n": n, "gpus_per_node": s["gpus_per_node"],
-            "series": list(CURVE_NAMES.values())}
+    rules = [{"n": s["gpus_per_node"], "what": "one node (DP's limit)"},
+             {"n": n, "what": f"the chosen n = {n}"}]
+    return {"rows": rows, "markers": markers, "rules": rules, "n": n,
+            "gpus_per_node": s["gpus_per_node"], "series": list(CURVE_NAMES.values())}
 
 
 def _step_data(s: dict) -> dict:
@@ -730,8 +735,9 @@ def _step_data(s: dict) -> dict:
             labels.append({"row": name, "order": order, "seconds": 0.0,
                            "label": f" {CANNOT_SPAN}"})
             continue
-        parts += [{"row": name, "order": order, "part": STEP_PARTS[0], "seconds": st.compute_s},
-                  {"row": name, "order": order, "part": STEP_PARTS[1],
+        parts += [{"row": name, "order": order, "part": STEP_PARTS[0], "stack": 0,
+                   "seconds": st.compute_s},
+                  {"row": name, "order": order, "part": STEP_PARTS[1], "stack": 1,
                    "seconds": st.exposed_communication_s}]
         communication.append({"row": name, "order": order, "seconds": st.communication_s})
         labels.append({"row": name, "order": order, "seconds": st.total_s,
@@ -746,14 +752,15 @@ def _memory_data(s: dict) -> dict:
         if components is None:
             totals.append({"strategy": strategy, "bytes": 0.0, "fits": None, "label": "one node"})
             continue
-        for order, (component, value) in enumerate(components.items()):
-            if value > 0:
-                parts.append({"strategy": strategy, "component": component, "order": order,
-                              "bytes": float(value)})
+        for component, value in components.items():
+            if value > 0:  # stacked bottom to top in dpcost.memory.COMPONENTS' order
+                parts.append({"strategy": strategy, "component": component,
+                              "order": COMPONENTS.index(component), "bytes": float(value)})
         total, fit = total_bytes(components), s["fits"][key]
         totals.append({"strategy": strategy, "bytes": total, "fits": fit,
                        "label": f"{format_bytes(total, digits=3)} {'✓' if fit else '✗'}"})
     return {"strategies": list(STRATEGY_NAMES.values()), "parts": parts, "totals": totals,
+            "capacity": [{"bytes": s["capacity_bytes"], "what": "GPU capacity"}],
             "capacity_bytes": s["capacity_bytes"]}
 
 
