@@ -54,6 +54,8 @@ async function ready(message) {
   buildForm();
   page.python = message.python;
   page.pythonStartSeconds = message.seconds;
+  page.pythonPhases = message.phases;  // {pyodide, model}: seconds in the worker
+  page.workerReadyMs = performance.now();
   request({ hash: location.hash }, performance.now());
   window.addEventListener("hashchange", () => {
     if (location.hash.slice(1) !== (page.last && page.last.hash)) {

@@ -7,22 +7,28 @@ const here = (path) => new URL(path, import.meta.url).href;
 
 async function start() {
   const began = performance.now();
+  const phases = {};  // seconds each step took, for benchmarks/site_explorer.py
+  const archive = fetch(here("./dpcost_model.zip"));  // meanwhile
   const pyodide = await loadPyodide({ indexURL: here("./vendor/pyodide/") });
-  const archive = await fetch(here("./dpcost_model.zip"));
-  if (!archive.ok) throw new Error(`dpcost_model.zip: HTTP ${archive.status}`);
-  pyodide.unpackArchive(await archive.arrayBuffer(), "zip", { extractDir: "/home/pyodide/site" });
+  phases.pyodide = (performance.now() - began) / 1000;
+  const response = await archive;
+  if (!response.ok) throw new Error(`dpcost_model.zip: HTTP ${response.status}`);
+  pyodide.unpackArchive(await response.arrayBuffer(), "zip", { extractDir: "/home/pyodide/site" });
   pyodide.runPython("import sys; sys.path.insert(0, '/home/pyodide/site')");
+  const imported = performance.now();
   const model = pyodide.pyimport("dpcost.explorer_model");
   const controls = JSON.parse(pyodide.runPython(
     "import json; from dpcost.explorer_model import controls; json.dumps(controls())"));
-  return { model, controls, python: pyodide.runPython("import sys; sys.version.split()[0]"),
+  phases.model = (performance.now() - imported) / 1000;
+  return { model, controls, phases, python: pyodide.runPython("import sys; sys.version.split()[0]"),
            seconds: (performance.now() - began) / 1000 };
 }
 
 const ready = start();
 
 ready.then(
-  ({ controls, python, seconds }) => postMessage({ kind: "ready", controls, python, seconds }),
+  ({ controls, phases, python, seconds }) => postMessage(
+    { kind: "ready", controls, phases, python, seconds }),
   (error) => postMessage({ kind: "failed", message: String(error && error.message || error) }));
 
 onmessage = async (event) => {
