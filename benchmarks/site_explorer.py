@@ -148,7 +148,8 @@ def random_changes(page, changes: int, rng: random.Random) -> tuple[list, list]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loads", type=int, default=3, help="cold and warm loads, each")
+    parser.add_argument("--loads", type=int, default=3,
+                        help="cold loads, each followed by a warm one (default 3)")
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--site", type=Path, help="a built site's html folder (default: build "
@@ -187,12 +188,11 @@ def main(argv=None) -> int:
                     cold.append(ms)
                     phases.append(page.evaluate("window.dpcostExplorer.pythonPhases"))
                     sizes.append(dict(server.sent))
-                    for _ in range(args.loads):
-                        cpu = tree_cpu_seconds()
-                        again, ms = open_page(context, server.base + url_path)
-                        warm_cpu.append(tree_cpu_seconds() - cpu)
-                        warm.append(ms)
-                        again.close()
+                    page.close()
+                    cpu = tree_cpu_seconds()  # the same address again, caches filled
+                    again, ms = open_page(context, server.base + url_path)
+                    warm_cpu.append(tree_cpu_seconds() - cpu)
+                    warm.append(ms)
                     context.close()
                 context = browser.new_context(viewport={"width": 1280, "height": 720})
                 context.route("**/*", block_others(blocked))

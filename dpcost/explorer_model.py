@@ -5,9 +5,16 @@ page in the browser can compute what the widget (``dpcost.explorer``) draws. ``s
 takes the controls' values and returns every number the views show: bytes per step on the
 busiest link against n (DataParallel's copy path and NCCL path, a DDP rank), the step time
 at the chosen n, memory per GPU for DP's GPU0, DDP and ZeRO-1/2/3 with a fits verdict, and
-``verdict(...)`` says it in words. The choices the controls offer (``GPU_CHOICES``,
-``PRECISION_CHOICES``, ...) and ``DEFAULTS`` live here too. See ``dpcost.explorer`` for the
-views and for what each number comes from.
+``verdict(...)`` says it in words; ``readout(...)`` gives every number of the readout table as
+text and value. The choices the controls offer (``GPU_CHOICES``, ``PRECISION_CHOICES``, ...,
+``controls()``) and ``DEFAULTS`` live here too. See ``dpcost.explorer`` for the views and for
+what each number comes from.
+
+Two faces call it: the ipywidgets explorer (``dpcost.explorer``) and the site's explorer page
+(``site_explorer/``, built by ``book/build.py``), which runs this module on Pyodide in a Web
+Worker and draws what ``explore(settings)`` returns: plain, JSON-able data (curves, bars,
+readout, verdict, sources, the URL fragment, and for bad input the widget's messages by
+control). The page computes nothing itself. Standard library only, so that it runs there.
 """
 
 
@@ -673,7 +680,7 @@ def explore(settings: dict | None = None) -> dict:
             checked[name] = _choice(raw[name], name, options)
         except ValueError as error:
             errors[name] = str(error)
-            checked[name] = DEFAULTS.get(name, options[0]) if name != "utilisation" else 0.4
+            checked[name] = DEFAULTS.get(name, options[0])  # the form needs a valid choice
     if "utilisation" not in errors:
         checked["utilisation"] = _utilisation(checked["utilisation"])
     for name, maximum in (("batch_size", MAX_BATCH_SIZE), ("outputs", MAX_OUTPUTS)):
