@@ -152,6 +152,8 @@ def main(argv=None) -> int:
                         help="cold loads, each followed by a warm one (default 3)")
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--renderer", choices=["canvas", "svg"],
+                        help="Vega's renderer (default: the page's, svg)")
     parser.add_argument("--site", type=Path, help="a built site's html folder (default: build "
                         "the explorer page into a temporary folder)")
     args = parser.parse_args(argv)
@@ -170,7 +172,7 @@ def main(argv=None) -> int:
             spec.loader.exec_module(build)
             site = Path(tmp) / "html"
             build.build_explorer(site)
-        url_path = "/explorer/index.html"
+        url_path = "/explorer/index.html" + (f"?renderer={args.renderer}" if args.renderer else "")
         print(f"site explorer in headless Chromium, {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.2f} at start")
         blocked: list[str] = []

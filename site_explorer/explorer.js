@@ -237,6 +237,10 @@ function showSources(lines) {
 
 // --- the three figures: specs built once, data swapped on each change ----------------------
 
+// SVG (crisp when projected or zoomed); ?renderer=canvas in the address picks a canvas
+// (benchmarks/site_explorer.py --renderer compares: the same update times here).
+const RENDERER = new URLSearchParams(location.search).get("renderer") === "canvas" ? "canvas"
+  : "svg";
 const FONT = { titleFontSize: 18, labelFontSize: 14, axisTitle: 15 };
 const bytesLabel = "format(datum.value, '~s') + 'B'";
 // Log axes: a label at each power of ten only (1 GB, 10 GB, ...), as the notebook's figure.
@@ -340,7 +344,7 @@ function memorySpec() {
 
 async function buildCharts(result) {
   // Errors only: an empty layer (no markers at n = 1) is meant, and Vega warns about it.
-  const options = { actions: false, renderer: "svg", logLevel: vega.Error };
+  const options = { actions: false, renderer: RENDERER, logLevel: vega.Error };
   const v = result.volume, s = result.steps, m = result.memory;
   const specs = {
     volume: { ...volumeSpec(), datasets: { curves: v.rows, markers: v.markers, rules: v.rules } },

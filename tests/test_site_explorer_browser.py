@@ -2,7 +2,8 @@
 
 ``book/build.py``'s ``build_explorer`` writes the page (as ``make site`` does, without the rest
 of the book) into a temporary folder, served from 127.0.0.1; every other request is blocked.
-The page runs ``dpcost.explorer_model`` on Pyodide in a Web Worker. For 23 settings across
+The page runs ``dpcost.explorer_model`` on Pyodide in a Web Worker; it is opened once, at a
+link that names a case. For 23 settings across
 every control the test sets the page's controls as a person would, reads the readout (text
 and the numbers behind it) and compares it with ``explorer_model.explore`` run here, in
 CPython, for the settings the page's form holds. Then bad input, the URL's state, the message
@@ -79,21 +80,25 @@ def site(tmp_path_factory):
     return html
 
 
+EXAMPLE_LINK = "#model=Llama-2%207B&gpus=64"  # the issue's example: a case linked from a slide
+
+
 @pytest.fixture(scope="module")
 def browser_page(site):
-    """The explorer page, loaded and ready; yields (page, base URL, console problems, blocked)."""
+    """The explorer page opened at EXAMPLE_LINK and ready; yields (page, what it first showed,
+    console problems, blocked requests)."""
     with static_server(site) as base, local_page(viewport=(1280, 720),
                                                  timeout_ms=WAIT_MS) as (page, blocked):
         problems: list[str] = []
         page.context.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
                         if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        page.goto(f"{base}/explorer/index.html", wait_until="domcontentloaded")
+        page.goto(f"{base}/explorer/index.html{EXAMPLE_LINK}", wait_until="domcontentloaded")
         # Until Python answers, the page says that it is loading (Pyodide takes seconds).
         assert page.evaluate("document.body.dataset.state") == "loading"
         assert "Loading Python" in page.locator("#status").inner_text()
         _wait_ready(page)
-        yield page, base, problems, blocked
+        yield page, _shown(page), problems, blocked
 
 
 def _wait_ready(page):
@@ -135,6 +140,11 @@ def _shown(page) -> dict:
                 sources: document.getElementById('sources').textContent,
                 form: window.dpcostExplorer.formSettings(), hash: location.hash};
     }""")
+
+
+def _pixels(page) -> str:
+    """The three figures as drawn (Vega's SVG)."""
+    return page.locator("#figures").inner_html()
 
 
 def _expected(form: dict) -> dict:
@@ -207,7 +217,7 @@ def test_bad_input_shows_the_widgets_message_next_to_the_field_and_keeps_the_fig
         browser_page):
     page, _, problems, _ = browser_page
     _set(page, {"model": "custom", "custom": "3e9", "batch_size": "8"})
-    before = (_shown(page), page.locator("#figures").inner_html())
+    before = (_shown(page), _pixels(page))
     for name, bad in (("custom", "abc"), ("custom", "1GB"), ("custom", "2e12"),
                       ("batch_size", "0"), ("batch_size", "x"), ("batch_size", "2e3")):
         _set(page, {name: bad})
@@ -221,7 +231,7 @@ def test_bad_input_shows_the_widgets_message_next_to_the_field_and_keeps_the_fig
         assert page.evaluate("document.body.dataset.ok") == "false"
         after = _shown(page)
         after["form"], after["hash"] = before[0]["form"], before[0]["hash"]
-        assert after == before[0] and page.locator("#figures").inner_html() == before[1]
+        assert after == before[0] and _pixels(page) == before[1]
         _set(page, {name: {"custom": "3e9", "batch_size": "8"}[name]})  # the worker lives on
         assert page.locator(f"#error-{name}").inner_text() == ""
         assert page.evaluate("document.body.dataset.ok") == "true"
@@ -229,37 +239,40 @@ def test_bad_input_shows_the_widgets_message_next_to_the_field_and_keeps_the_fig
 
 
 def test_the_url_carries_the_state_both_ways(browser_page):
-    page, base, problems, _ = browser_page
+    page, first, problems, _ = browser_page
+    # Opened at the example link, the page showed that case (the rest at its defaults).
+    assert first["hash"] == EXAMPLE_LINK
+    assert first["form"] == {**X.explore({})["settings"], "model": "Llama-2 7B", "gpus": "64",
+                             "batch_size": str(X.MODELS["Llama-2 7B"].default_batch_size),
+                             "outputs": str(X.MODELS["Llama-2 7B"].output_elements_per_sample),
+                             "gpus_per_node": "8", "utilisation": "0.4", "custom": "1.5e9"}
+    assert X.CANNOT_SPAN in first["verdict"]
+    # Each change writes the address; following it again brings the same case back.
     _set(page, {"model": "Llama-2 13B", "gpus": "128", "precision": "bf16",
                 "intra_link": "PCIe 5.0 x16", "batch_size": "96", "utilisation": "0.55"})
     shown = _shown(page)
     assert shown["hash"] == "#" + X.settings_to_hash(shown["form"])
     assert "model=Llama-2%2013B" in shown["hash"] and "gpus=128" in shown["hash"]
-    # A fresh page opened at that address shows the same case.
-    second = page.context.new_page()
-    try:
-        second.goto(f"{base}/explorer/index.html{shown['hash']}")
-        _wait_ready(second)
-        again = _shown(second)
-        assert again["form"] == shown["form"] and again == shown
-    finally:
-        second.close()
-    # The issue's example link, followed in the open page; and a link with a bad value.
-    page.evaluate("location.hash = '#model=Llama-2%207B&gpus=64'")
-    page.wait_for_function("window.dpcostExplorer.formSettings().model === 'Llama-2 7B'")
+    page.evaluate("location.hash = ''")  # the opening case
+    page.wait_for_function("window.dpcostExplorer.formSettings().model === 'GPT-2 XL'")
     _wait_rendered(page)
-    form = _shown(page)["form"]
-    assert form["gpus"] == "64" and form["batch_size"] == str(X.MODELS["Llama-2 7B"]
-                                                               .default_batch_size)
-    assert X.CANNOT_SPAN in page.locator("#readout").inner_text()
+    assert _shown(page)["form"] == {k: str(v) for k, v in X.explore({})["settings"].items()}
+    page.evaluate(f"location.hash = {shown['hash']!r}")
+    page.wait_for_function("window.dpcostExplorer.formSettings().model === 'Llama-2 13B'")
+    _wait_rendered(page)
+    assert _shown(page) == shown
+    # A link with a bad value says so next to its control.
     page.evaluate("location.hash = '#gpus=3'")
     page.wait_for_function("document.getElementById('error-gpus').textContent !== ''")
     assert "gpus must be one of" in page.locator("#error-gpus").inner_text()
+    _set(page, {"gpus": "8"})
+    assert page.locator("#error-gpus").inner_text() == ""
     assert problems == []
 
 
 def test_a_browser_without_webassembly_is_told_so(browser_page):
-    page, base, problems, _ = browser_page
+    page, _, problems, _ = browser_page
+    base = page.url.split("/explorer/")[0]
     bare = page.context.new_page()  # the same browser, with WebAssembly taken away
     try:
         bare.add_init_script("delete globalThis.WebAssembly")
