@@ -137,8 +137,8 @@ def random_changes(page, changes: int, rng: random.Random) -> tuple[list, list]:
         else:
             control.select_option(value)
         page.wait_for_function(f"window.dpcostExplorer.updates.length > {count}")
-        page.wait_for_function("() => { const p = window.dpcostExplorer;"
-                               " return p.renderedKey === JSON.stringify(p.formSettings()); }")
+        page.wait_for_function("() => { const p = window.dpcostExplorer; return !p.busy()"
+                               " && p.renderedKey === JSON.stringify(p.formSettings()); }")
         updates.append(page.evaluate("window.dpcostExplorer.updates.at(-1)"))
         python.append(page.evaluate("window.dpcostExplorer.lastPythonMs"))
         if page.evaluate("document.body.dataset.ok") != "true":

@@ -114,9 +114,12 @@ function setForm(settings) {
   form.elements.custom.disabled = form.elements.model.value !== "custom";
 }
 
+page.busy = () => pending !== null || queued !== null;
+
 function changed(name) {
   const began = performance.now();
-  if (name === "model") {  // a new model brings its own batch and outputs, as in the widget
+  if (name === "model" && form.elements.model.value !== "custom") {
+    // a new preset brings its own batch and outputs, as in the widget
     const defaults = controls.model_defaults[form.elements.model.value];
     form.elements.batch_size.value = String(defaults.batch_size);
     form.elements.outputs.value = String(defaults.outputs);
@@ -146,7 +149,9 @@ async function answered(message) {
       key = JSON.stringify(formSettings());
     }
     await show(result);
-    page.renderedKey = key;  // what was asked, not the form now: it may have changed meanwhile
+    // What was asked, not the form now (it may have changed meanwhile), and only when no newer
+    // request waits: then the answer on screen is the latest.
+    page.renderedKey = queued ? null : key;
     page.updates.push(performance.now() - asked.began);
     page.lastPythonMs = message.pythonMs;
     if (page.state === "loading") {

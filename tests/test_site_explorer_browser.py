@@ -110,8 +110,8 @@ def _wait_ready(page):
 
 def _wait_rendered(page):
     """Until the answer on screen is the one for the form's current settings."""
-    page.wait_for_function("() => { const p = window.dpcostExplorer;"
-                           " return p.renderedKey === JSON.stringify(p.formSettings()); }")
+    page.wait_for_function("() => { const p = window.dpcostExplorer; return !p.busy()"
+                           " && p.renderedKey === JSON.stringify(p.formSettings()); }")
 
 
 def _set(page, changes: dict) -> None:
@@ -199,12 +199,19 @@ def test_readout_numbers_equal_cpython_for_23_settings_across_every_control(brow
     page, _, problems, _ = browser_page
     pyodide = tuple(int(x) for x in page.evaluate("window.dpcostExplorer.python").split(".")[:2])
     exact = (sys.version_info >= (3, 12)) == (pyodide >= (3, 12))
-    touched = set()
+    touched, previous = set(), None
     for case in CASES:
         _set(page, case)
         touched |= set(case)
         shown = _shown(page)
         assert {name: shown["form"][name] for name in case} == case, shown["form"]
+        if case.get("model") in X.MODELS and "batch_size" not in case:  # as the widget does
+            preset = X.MODELS[case["model"]]
+            assert shown["form"]["batch_size"] == str(preset.default_batch_size)
+            assert shown["form"]["outputs"] == str(preset.output_elements_per_sample)
+        elif case.get("model") == X.CUSTOM:  # custom keeps the batch and outputs it had
+            assert [shown["form"][k] for k in ("batch_size", "outputs")] == previous
+        previous = [shown["form"][k] for k in ("batch_size", "outputs")]
         expected = _expected(shown["form"])
         shown.pop("form")
         assert _numbers_apart(shown, expected, exact) == _numbers_apart(expected, expected, True)
@@ -265,7 +272,8 @@ def test_the_url_carries_the_state_both_ways(browser_page):
     page.evaluate("location.hash = '#gpus=3'")
     page.wait_for_function("document.getElementById('error-gpus').textContent !== ''")
     assert "gpus must be one of" in page.locator("#error-gpus").inner_text()
-    _set(page, {"gpus": "8"})
+    assert _shown(page)["form"]["gpus"] == "8"  # the control holds a valid choice meanwhile
+    _set(page, {"gpus": "16"})
     assert page.locator("#error-gpus").inner_text() == ""
     assert problems == []
 
