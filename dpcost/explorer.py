@@ -35,7 +35,6 @@ import html
 import re
 import textwrap
 from contextlib import contextmanager
-from dataclasses import replace
 
 import ipywidgets as widgets
 
@@ -53,20 +52,21 @@ from dpcost.explorer_model import (
     GPUS_PER_NODE_CHOICES,
     INTER_NODE_LINKS,
     INTRA_NODE_LINKS,
+    MAX_BATCH_SIZE,
+    MAX_OUTPUTS,
     OPTIMIZERS,
     PRECISION_CHOICES,
     STRATEGY_NAMES,
-    _ratio,
-    _samples,
+    model_for,
     parse_parameter_count,
-    peak_flops,
+    readout,
     scenario,
+    sources,
     verdict,
 )
 from dpcost.explorer_views import MemoryView, StepView, VolumeView
-from dpcost.memory import ATTENTIONS, total_bytes
-from dpcost.presets import GPUS, INTERCONNECTS, MODELS, custom_model
-from dpcost.units import format_bytes, format_seconds
+from dpcost.memory import ATTENTIONS
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS
 
 __all__ = ["Explorer", "scenario", "verdict", "parse_parameter_count", "CUSTOM", "GPU_CHOICES",
            "GPUS_PER_NODE_CHOICES", "INTRA_NODE_LINKS", "INTER_NODE_LINKS", "OPTIMIZERS",
@@ -118,10 +118,10 @@ class Explorer:
                                    step=0.05, value=settings["utilisation"], readout_format=".2f"),
             "optimizer": control(widgets.Dropdown, "optimizer", options=OPTIMIZERS,
                                  value=settings["optimizer"]),
-            "batch_size": control(widgets.BoundedIntText, "global batch", min=1, max=2**20,
+            "batch_size": control(widgets.BoundedIntText, "global batch", min=1, max=MAX_BATCH_SIZE,
                                   value=settings.get("batch_size",
                                                      preset.default_batch_size if preset else 8)),
-            "outputs": control(widgets.BoundedIntText, "outputs / sample", min=1, max=10**10,
+            "outputs": control(widgets.BoundedIntText, "outputs / sample", min=1, max=MAX_OUTPUTS,
                                value=settings.get("outputs", preset.output_elements_per_sample
                                                   if preset else 1000)),
         }
@@ -169,12 +169,7 @@ class Explorer:
     def model(self):
         """The ModelPreset the controls describe (custom: parsed parameters, no activations)."""
         c = self.controls
-        name = c["model"].value
-        if name == CUSTOM:
-            parameters = parse_parameter_count(c["custom"].value)
-            return custom_model(parameters, output_elements_per_sample=c["outputs"].value,
-                                name=f"custom ({parameters:.3g} parameters)")
-        return replace(MODELS[name], output_elements_per_sample=c["outputs"].value)
+        return model_for(c["model"].value, c["custom"].value, c["outputs"].value)
 
     def update(self) -> None:
         """Recompute from the controls, move the artists, render the views that changed."""
@@ -215,19 +210,11 @@ class Explorer:
             self.images[name].value = view.png(view.background_key(), keys[name])
         self.readout.value = self._readout_html(model, intra, inter, gpu, s)
         self.source.value = (
-            f'<div style="font-size:12px;color:#555;padding:8px">'
-            f"<b>{html.escape(model.name)}</b>: {model.parameters:,} parameters "
-            f"(source: {html.escape(model.source)})<br>"
-            f"<b>{html.escape(gpu.name)}</b>: {gpu.memory_bytes / 1e9:g} GB, peak "
-            f"{peak_flops(gpu, c['precision'].value) / 1e12:g} TFLOP/s dense for "
-            f"{c['precision'].value} (source: {html.escape(gpu.source)})<br>"
-            + "".join(f"<b>{html.escape(link.name)}</b>: "
-                      f"{format_bytes(link.bandwidth_bytes_per_s, digits=3)}/s per direction, "
-                      f"{format_seconds(link.latency_s)} per message "
-                      f"(source: {html.escape(link.source)})<br>" for link in (intra, inter))
-            + "<b>All-reduce algorithm</b>: rings are modelled (the two-level one beyond a node); "
-            "NCCL picks ring, tree or NVLS per call from the size and the topology "
-            "(github.com/NVIDIA/nccl/issues/754; dpcost.step_time.NCCL_ALGORITHM_NOTE)</div>")
+            '<div style="font-size:12px;color:#555;padding:8px">'
+            + "<br>".join(f"<b>{html.escape(name)}</b>: {html.escape(text)}"
+                          for name, text in sources(model, gpu, c["precision"].value, intra,
+                                                    inter))
+            + "</div>")
 
     def readout_text(self) -> str:
         """The readout as plain text (tags stripped)."""
@@ -260,77 +247,24 @@ class Explorer:
         for name in self.views:
             display(Image(data=self.images[name].value, format="png"))
 
-    def _batch_line(self, s: dict) -> str:
-        """How each side splits the global batch, in whole samples."""
-        n, b = s["num_gpus"], s["batch_size"]
-        per_rank = s["ddp_per_rank_samples"]
-        ddp = f"DDP: {_samples(per_rank)} per rank"
-        if per_rank * n != b:
-            ddp += f" (ceil({b}/{n}): DistributedSampler pads the data to {per_rank * n})"
-        if not s["dp_available"]:
-            return ddp + "."
-        split = s["dp_split"]
-        k, chunk = len(split), split[0]
-        if n == 1:
-            return f"DP and DDP: all {_samples(b)} on the one GPU."
-        dp = f"DP: torch.chunk gives {_samples(chunk)} to each of {split.count(chunk)} GPUs"
-        if split[-1] != chunk:
-            dp += f" and {_samples(split[-1])} to 1"
-        if k < n:
-            dp += (f", so only {k} of the {n} GPUs are used (DataParallel replicates to "
-                   "device_ids[:len(inputs)], data_parallel.py)")
-        return f"{dp}. {ddp}."
-
     def _readout_html(self, model, intra, inter, gpu, s: dict) -> str:
-        n, g = s["num_gpus"], s["gpus_per_node"]
-        place = (f"one node of {g}" if n <= g else f"{s['nodes']} nodes of {g}, "
-                 f"{html.escape(inter.name)} between nodes")
-        head = (f"<b>n = {n}</b> GPUs ({place}; {html.escape(gpu.name)}, "
-                f"{html.escape(intra.name)} in a node), P = "
-                f"{format_bytes(s['model_size_bytes'], digits=3)} "
-                f"({html.escape(self.controls['precision'].value)}), "
-                f"global batch {s['batch_size']}. "
-                f"{html.escape(self._batch_line(s))}")
-        rows = []
-        steps, ddp_bytes = s["steps"], s["ddp_bytes"]
+        """``explorer_model.readout`` as HTML: the sentence, the table, memory, the verdict."""
+        r = readout(s, self.controls["precision"].value, intra, inter, gpu)
         cell = '<td style="padding:1px 10px">'
-        for name, what in ((DP_COPY, "copy"), (DP_NCCL, "nccl")):
-            if not s["dp_available"]:
-                rows.append(f"<tr>{cell}<b>{name}</b></td>"
-                            f'<td colspan="4" style="padding:1px 10px">{CANNOT_SPAN} '
-                            "(one process, device_ids of one machine: data_parallel.py)</td></tr>")
-                continue
-            st = steps[name]
-            busy = s["dp_bytes"][what]
-            rows.append(f"<tr>{cell}<b>{name}</b></td>{cell}GPU0 "
-                        f"{format_bytes(busy, digits=3)} ({_ratio(busy, ddp_bytes)} DDP's)</td>"
-                        f"{cell}{format_seconds(st.total_s)}</td>"
-                        f"{cell}{format_seconds(st.exposed_communication_s)}</td>"
-                        f"{cell}no: phases in series</td></tr>")
-        for name in (DDP_RING, DDP_TWO_LEVEL, DDP_FLAT):
-            if name not in steps:
-                continue
-            st = steps[name]
-            hidden = "yes" if s["hidden"][name] else "no"
-            rows.append(f"<tr>{cell}<b>{name}</b></td>{cell}per rank "
-                        f"{format_bytes(ddp_bytes, digits=3)}</td>"
-                        f"{cell}{format_seconds(st.total_s)}</td>"
-                        f"{cell}{format_seconds(st.exposed_communication_s)}</td>"
-                        f"{cell}{hidden}: backward {format_seconds(s['ddp_backward_s'])}, "
-                        f"{s['ddp_buckets']} all-reduces {format_seconds(st.communication_s)}"
-                        "</td></tr>")
-        header = "".join(f'<th style="padding:1px 10px;text-align:left">{h}</th>' for h in (
-            "per step", "busiest link", "step time", "exposed comm.", "comm. hidden?"))
+        rows = []
+        for row in r["rows"]:
+            name = f"<tr>{cell}<b>{html.escape(row['name'])}</b></td>"
+            if "span" in row:
+                rows.append(f'{name}<td colspan="4" style="padding:1px 10px">'
+                            f"{html.escape(row['span'])}</td></tr>")
+            else:
+                rows.append(name + "".join(f"{cell}{html.escape(text)}</td>"
+                                           for text in row["cells"]) + "</tr>")
+        header = "".join(f'<th style="padding:1px 10px;text-align:left">{h}</th>'
+                         for h in r["columns"])
         table = f'<table style="font-size:14px">{header}{"".join(rows)}</table>'
-        memory = s["memory"]
-        fit = "; ".join(
-            f"{STRATEGY_NAMES[k]} {format_bytes(total_bytes(memory[k]), digits=3)} "
-            f"{'fits' if s['fits'][k] else 'does not fit'}" for k in memory)
-        if not s["dp_available"]:
-            fit = f"DP GPU0: none ({CANNOT_SPAN}); " + fit
-        mem = (f"Memory per GPU on {html.escape(gpu.name)} "
-               f"({gpu.memory_bytes / 1e9:g} GB): {fit}.")
-        line = f"{head}{table}{mem}<br><b>{html.escape(verdict(s))}</b>"
+        line = (f"<b>{r['n']}</b> {html.escape(r['head'])}{table}"
+                f"{html.escape(r['memory_line'])}<br><b>{html.escape(r['verdict'])}</b>")
         return f'<div class="dpcost-readout" style="font-size:15px;line-height:1.5">{line}</div>'
 
     def data(self) -> dict:

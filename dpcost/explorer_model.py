@@ -5,9 +5,16 @@ page in the browser can compute what the widget (``dpcost.explorer``) draws. ``s
 takes the controls' values and returns every number the views show: bytes per step on the
 busiest link against n (DataParallel's copy path and NCCL path, a DDP rank), the step time
 at the chosen n, memory per GPU for DP's GPU0, DDP and ZeRO-1/2/3 with a fits verdict, and
-``verdict(...)`` says it in words. The choices the controls offer (``GPU_CHOICES``,
-``PRECISION_CHOICES``, ...) and ``DEFAULTS`` live here too. See ``dpcost.explorer`` for the
-views and for what each number comes from.
+``verdict(...)`` says it in words; ``readout(...)`` gives every number of the readout table as
+text and value. The choices the controls offer (``GPU_CHOICES``, ``PRECISION_CHOICES``, ...,
+``controls()``) and ``DEFAULTS`` live here too. See ``dpcost.explorer`` for the views and for
+what each number comes from.
+
+Two faces call it: the ipywidgets explorer (``dpcost.explorer``) and the site's explorer page
+(``site_explorer/``, built by ``book/build.py``), which runs this module on Pyodide in a Web
+Worker and draws what ``explore(settings)`` returns: plain, JSON-able data (curves, bars,
+readout, verdict, sources, the URL fragment, and for bad input the widget's messages by
+control). The page computes nothing itself. Standard library only, so that it runs there.
 """
 
 
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from functools import lru_cache
 
 from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
@@ -29,13 +37,23 @@ from dpcost.dataparallel_traffic import (
 )
 from dpcost.memory import (
     ATTENTIONS,
+    COMPONENTS,
     PRECISION_MODES,
     activation_bytes_per_sample,
     fit_verdicts,
     memory_per_gpu,
     rank_memory,
+    total_bytes,
 )
-from dpcost.presets import MODELS, TRANSFORMER_SHAPES, ModelPreset, transformer_parameter_counts
+from dpcost.presets import (
+    GPUS,
+    INTERCONNECTS,
+    MODELS,
+    TRANSFORMER_SHAPES,
+    ModelPreset,
+    custom_model,
+    transformer_parameter_counts,
+)
 from dpcost.step_time import (
     communication_hidden,
     compute_time,
@@ -46,7 +64,7 @@ from dpcost.step_time import (
     resnet50_training_flops,
     transformer_training_flops,
 )
-from dpcost.units import format_seconds, parse_size
+from dpcost.units import format_bytes, format_seconds, parse_size
 
 CUSTOM = "custom"
 MAX_CUSTOM_PARAMETERS = 10**12
@@ -64,6 +82,8 @@ DDP_RING, DDP_TWO_LEVEL, DDP_FLAT = "DDP, ring", "DDP, two-level", "DDP, flat ri
 STRATEGY_NAMES = {"dp_gpu0": "DP GPU0", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
                   "zero3": "ZeRO-3"}
 CANNOT_SPAN = "DataParallel cannot span machines"
+MAX_BATCH_SIZE = 2**20  # the global batch control's bounds: 1 .. MAX_BATCH_SIZE samples
+MAX_OUTPUTS = 10**10  # output elements per sample: 1 .. MAX_OUTPUTS
 DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": "mixed", "attention": "sdpa",
             "gpus": 8, "gpus_per_node": 8, "intra_link": "NVLink 4 (H100)",
             "inter_link": "InfiniBand NDR", "gpu": "H100 SXM 80GB", "utilisation": 0.4,
@@ -399,3 +419,367 @@ def verdict(s: dict) -> str:
             f"of the parameters each step), not by bytes; the copy path (no NCCL) carries "
             f"{copy_ratio} and takes "
             f"{format_seconds(copy.total_s)}.")
+
+
+# --- the readout: every number in words, for the widget and the page alike -----------------
+
+READOUT_COLUMNS = ("per step", "busiest link", "step time", "exposed comm.", "comm. hidden?")
+SPAN_NOTE = "(one process, device_ids of one machine: data_parallel.py)"
+
+
+def model_for(name: str, custom: str, outputs: int) -> ModelPreset:
+    """The ModelPreset the controls describe: a preset with ``outputs`` output elements per
+    sample, or for ``name == CUSTOM`` the parsed count of ``custom`` (no activations)."""
+    if name == CUSTOM:
+        parameters = parse_parameter_count(custom)
+        return custom_model(parameters, output_elements_per_sample=outputs,
+                            name=f"custom ({parameters:.3g} parameters)")
+    return replace(MODELS[name], output_elements_per_sample=outputs)
+
+
+def batch_line(s: dict) -> str:
+    """How each side splits the global batch, in whole samples."""
+    n, b = s["num_gpus"], s["batch_size"]
+    per_rank = s["ddp_per_rank_samples"]
+    ddp = f"DDP: {_samples(per_rank)} per rank"
+    if per_rank * n != b:
+        ddp += f" (ceil({b}/{n}): DistributedSampler pads the data to {per_rank * n})"
+    if not s["dp_available"]:
+        return ddp + "."
+    split = s["dp_split"]
+    k, chunk = len(split), split[0]
+    if n == 1:
+        return f"DP and DDP: all {_samples(b)} on the one GPU."
+    dp = f"DP: torch.chunk gives {_samples(chunk)} to each of {split.count(chunk)} GPUs"
+    if split[-1] != chunk:
+        dp += f" and {_samples(split[-1])} to 1"
+    if k < n:
+        dp += (f", so only {k} of the {n} GPUs are used (DataParallel replicates to "
+               "device_ids[:len(inputs)], data_parallel.py)")
+    return f"{dp}. {ddp}."
+
+
+def readout(s: dict, precision: str, intra_link, inter_link, gpu) -> dict:
+    """The readout of scenario ``s`` as plain text and numbers, one table row per path.
+
+    Returns {"n": "n = 8", "head": the sentence after it, "columns": READOUT_COLUMNS,
+    "rows": [{"name", "cells": 4 texts, "values": the numbers behind them} or {"name",
+    "span": why there are none}], "memory": [{"key", "strategy", "bytes", "fits", "text"}],
+    "memory_line", "verdict"}: bytes in B, times in s, as the widget and the page show them.
+    """
+    n, g = s["num_gpus"], s["gpus_per_node"]
+    place = (f"one node of {g}" if n <= g else f"{s['nodes']} nodes of {g}, "
+             f"{inter_link.name} between nodes")
+    head = (f"GPUs ({place}; {gpu.name}, {intra_link.name} in a node), P = "
+            f"{format_bytes(s['model_size_bytes'], digits=3)} ({precision}), "
+            f"global batch {s['batch_size']}. {batch_line(s)}")
+    rows = []
+    steps, ddp_bytes = s["steps"], s["ddp_bytes"]
+    for name, path in ((DP_COPY, "copy"), (DP_NCCL, "nccl")):
+        if not s["dp_available"]:
+            rows.append({"name": name, "span": f"{CANNOT_SPAN} {SPAN_NOTE}"})
+            continue
+        st, busy = steps[name], s["dp_bytes"][path]
+        rows.append({"name": name, "cells": [
+            f"GPU0 {format_bytes(busy, digits=3)} ({_ratio(busy, ddp_bytes)} DDP's)",
+            format_seconds(st.total_s), format_seconds(st.exposed_communication_s),
+            "no: phases in series"],
+            "values": {"busiest_bytes": busy, "total_s": st.total_s,
+                       "exposed_s": st.exposed_communication_s,
+                       "communication_s": st.communication_s, "hidden": False}})
+    for name in (DDP_RING, DDP_TWO_LEVEL, DDP_FLAT):
+        if name not in steps:
+            continue
+        st, hidden = steps[name], s["hidden"][name]
+        rows.append({"name": name, "cells": [
+            f"per rank {format_bytes(ddp_bytes, digits=3)}", format_seconds(st.total_s),
+            format_seconds(st.exposed_communication_s),
+            f"{'yes' if hidden else 'no'}: backward {format_seconds(s['ddp_backward_s'])}, "
+            f"{s['ddp_buckets']} all-reduces {format_seconds(st.communication_s)}"],
+            "values": {"busiest_bytes": ddp_bytes, "total_s": st.total_s,
+                       "exposed_s": st.exposed_communication_s,
+                       "communication_s": st.communication_s,
+                       "backward_s": s["ddp_backward_s"], "buckets": s["ddp_buckets"],
+                       "hidden": hidden}})
+    memory = []
+    for key, parts in s["memory"].items():
+        total, fit = total_bytes(parts), s["fits"][key]
+        memory.append({"key": key, "strategy": STRATEGY_NAMES[key], "bytes": total, "fits": fit,
+                       "text": f"{STRATEGY_NAMES[key]} {format_bytes(total, digits=3)} "
+                               f"{'fits' if fit else 'does not fit'}"})
+    fit_text = "; ".join(item["text"] for item in memory)
+    if not s["dp_available"]:
+        fit_text = f"DP GPU0: none ({CANNOT_SPAN}); " + fit_text
+    return {"n": f"n = {n}", "head": head, "columns": list(READOUT_COLUMNS), "rows": rows,
+            "memory": memory,
+            "memory_line": f"Memory per GPU on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): "
+                           f"{fit_text}.",
+            "verdict": verdict(s)}
+
+
+def sources(model, gpu, precision: str, intra_link, inter_link) -> list[list[str]]:
+    """Where each preset's numbers come from: [[name, what and source], ...]."""
+    lines = [[model.name, f"{model.parameters:,} parameters (source: {model.source})"],
+             [gpu.name, f"{gpu.memory_bytes / 1e9:g} GB, peak "
+                        f"{peak_flops(gpu, precision) / 1e12:g} TFLOP/s dense for {precision} "
+                        f"(source: {gpu.source})"]]
+    for link in (intra_link, inter_link):
+        lines.append([link.name, f"{format_bytes(link.bandwidth_bytes_per_s, digits=3)}/s per "
+                                 f"direction, {format_seconds(link.latency_s)} per message "
+                                 f"(source: {link.source})"])
+    lines.append(["All-reduce algorithm", "rings are modelled (the two-level one beyond a node); "
+                  "NCCL picks ring, tree or NVLS per call from the size and the topology "
+                  "(github.com/NVIDIA/nccl/issues/754; dpcost.step_time.NCCL_ALGORITHM_NOTE)"])
+    return lines
+
+
+# --- the explorer as plain data: what the page in the browser (Pyodide) draws -------------
+
+# The controls in the order the page shows them, each with its label (as the widget's).
+CONTROL_LABELS = {"model": "model", "custom": "custom parameters", "precision": "precision",
+                  "attention": "attention", "gpus": "GPUs, n", "gpus_per_node": "GPUs per node",
+                  "intra_link": "link in a node", "inter_link": "link between nodes",
+                  "gpu": "GPU", "utilisation": "utilisation", "optimizer": "optimizer",
+                  "batch_size": "global batch", "outputs": "outputs / sample"}
+UTILISATION_CHOICES = [round(0.05 * k, 2) for k in range(1, 21)]  # the slider: 0.05 .. 1
+# The legends' names for the curves and the step view's parts.
+CURVE_NAMES = {"dp_copy": "DP copy path: GPU0 (star)", "dp_nccl": "DP NCCL path: GPU0 (chains)",
+               "ddp": "DDP: per rank, 2(n-1)/n G"}
+STEP_PARTS = ("compute (forward, backward)", "exposed communication")
+
+
+def _defaults_for(model: str) -> dict:
+    preset = MODELS.get(model)
+    return {"batch_size": preset.default_batch_size if preset else 8,
+            "outputs": preset.output_elements_per_sample if preset else 1000}
+
+
+def controls() -> dict:
+    """What each control offers, as plain data: {"order", "labels", "options": name ->
+    [[label, value], ...] (None for a text field), "defaults", "model_defaults": model ->
+    {"batch_size", "outputs"} (a new model brings its own, as in the widget), "limits"}."""
+    options = {
+        "model": [[m, m] for m in [*MODELS, CUSTOM]], "custom": None,
+        "precision": [[p, p] for p in PRECISION_CHOICES],
+        "attention": [[a, a] for a in ATTENTIONS],
+        "gpus": [[str(n), n] for n in GPU_CHOICES],
+        "gpus_per_node": [[str(g), g] for g in GPUS_PER_NODE_CHOICES],
+        "intra_link": [[x, x] for x in INTRA_NODE_LINKS],
+        "inter_link": [[x, x] for x in INTER_NODE_LINKS],
+        "gpu": [[x, x] for x in GPUS],
+        "utilisation": [[f"{u:.2f}", u] for u in UTILISATION_CHOICES],
+        "optimizer": [[label, value] for label, value in OPTIMIZERS],
+        "batch_size": None, "outputs": None}
+    return {"order": list(CONTROL_LABELS), "labels": dict(CONTROL_LABELS), "options": options,
+            "defaults": {**DEFAULTS, **_defaults_for(DEFAULTS["model"])},
+            "model_defaults": {m: _defaults_for(m) for m in [*MODELS, CUSTOM]},
+            "limits": {"batch_size": [1, MAX_BATCH_SIZE], "outputs": [1, MAX_OUTPUTS]},
+            "components": list(COMPONENTS), "curves": list(CURVE_NAMES.values()),
+            "step_parts": list(STEP_PARTS), "strategies": list(STRATEGY_NAMES.values())}
+
+
+def parse_whole_number(value, name: str, maximum: int) -> int:
+    """A count typed into a field ("64", or an int) -> int in 1 .. maximum; the errors name
+    ``name`` as ``scenario`` does ("batch_size must be >= 1, got 0")."""
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, str):
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+            shown = repr(text if len(text) <= 40 else text[:37] + "...")
+            raise ValueError(f"{name} must be a whole number such as 64, got {shown}")
+        text = int(text)
+    number = check_int(text, name, 1)
+    if number > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {number}")
+    return number
+
+
+def _choice(value, name: str, choices: list):
+    """``value`` (or its text, as a page sends it) if it names one of ``choices``."""
+    for choice in choices:
+        if value == choice or (isinstance(value, str) and value == str(choice)):
+            return choice
+        if isinstance(choice, (int, float)) and isinstance(value, str):
+            try:  # "1" and "1.0" both name the utilisation 1.0, as a page may write either
+                if float(value) == choice:
+                    return choice
+            except ValueError:
+                pass
+    shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:37] + "...")
+    raise ValueError(f"{name} must be one of {[str(c) for c in choices]}, got {shown}")
+
+
+def _utilisation(value) -> float:
+    try:
+        u = float(value)
+    except (TypeError, ValueError):
+        u = math.nan
+    if not 0 < u <= 1:  # NaN too
+        raise ValueError(f"utilisation must be a number in (0, 1], got {str(value)[:40]!r}")
+    return u
+
+
+def settings_to_hash(settings: dict) -> str:
+    """The settings that differ from the opening ones, as a URL fragment without '#':
+    "model=Llama-2%207B&gpus=64" (a link to one case, e.g. from a slide)."""
+    from urllib.parse import quote
+
+    base = {**DEFAULTS, **_defaults_for(settings.get("model", DEFAULTS["model"]))}
+    parts = []
+    for name in CONTROL_LABELS:
+        if name in settings and str(settings[name]) != str(base[name]):
+            parts.append(f"{name}={quote(str(settings[name]), safe='')}")
+    return "&".join(parts)
+
+
+def settings_from_hash(fragment: str) -> dict:
+    """The settings a URL fragment names (the inverse of ``settings_to_hash``); unknown names
+    are ignored, values stay text (``explore`` checks them)."""
+    from urllib.parse import unquote
+
+    settings = {}
+    for part in fragment.lstrip("#").split("&"):
+        name, sep, value = part.partition("=")
+        if sep and name in CONTROL_LABELS:
+            settings[name] = unquote(value)
+    return settings
+
+
+def _plain(value):
+    """NaN -> None, recursively, so that JSON (which has no NaN) carries the data."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def explore(settings: dict | None = None) -> dict:
+    """Everything the explorer shows for one setting of its controls, as plain data.
+
+    ``settings``: control name -> value (those of ``controls()``; text as a page sends it, or
+    numbers); missing ones take the opening values, and a model's batch and outputs its own.
+    Returns a JSON-able dict: "ok", "errors" (control -> the message the widget shows, for
+    bad input), "settings" (checked: choices as values, text fields as typed), "hash" (for the
+    URL), and when ok "readout" (``readout``), "sources", "volume" (bytes per step on the
+    busiest link against n: "rows" {n, bytes, series} in B, "markers" at the chosen n, "n",
+    "gpus_per_node"), "steps" (seconds per step: "parts", "communication", "labels" per row)
+    and "memory" (bytes per GPU: "parts" per strategy and component, "totals" with fits,
+    "capacity_bytes"). The page draws these and computes nothing.
+    """
+    raw = dict(settings or {})
+    model_name = raw.get("model", DEFAULTS["model"])
+    base = {**DEFAULTS, **_defaults_for(model_name if model_name in MODELS else CUSTOM)}
+    raw = {name: raw.get(name, base[name]) for name in CONTROL_LABELS}
+    errors, checked = {}, {}
+    choices = {name: [value for _, value in opts] for name, opts in controls()["options"].items()
+               if opts is not None}
+    for name, options in choices.items():
+        try:
+            checked[name] = _choice(raw[name], name, options)
+        except ValueError as error:
+            errors[name] = str(error)
+            checked[name] = DEFAULTS.get(name, options[0])  # the form needs a valid choice
+    if "utilisation" not in errors:
+        checked["utilisation"] = _utilisation(checked["utilisation"])
+    for name, maximum in (("batch_size", MAX_BATCH_SIZE), ("outputs", MAX_OUTPUTS)):
+        checked[name] = raw[name]
+        try:
+            checked[name] = parse_whole_number(raw[name], name, maximum)
+        except (TypeError, ValueError) as error:
+            errors[name] = str(error)
+    checked["custom"] = str(raw["custom"])
+    model = None
+    if "outputs" not in errors and "model" not in errors:
+        try:
+            model = model_for(checked["model"], checked["custom"], checked["outputs"])
+        except (TypeError, ValueError) as error:
+            errors["custom"] = str(error)
+    out = {"ok": False, "errors": errors, "settings": checked,
+           "hash": settings_to_hash(checked)}
+    if errors:
+        return out
+    intra, inter = INTERCONNECTS[checked["intra_link"]], INTERCONNECTS[checked["inter_link"]]
+    gpu, precision = GPUS[checked["gpu"]], checked["precision"]
+    try:
+        s = scenario(model, precision, checked["gpus"], checked["gpus_per_node"], intra, inter,
+                     gpu, checked["utilisation"], checked["optimizer"], checked["batch_size"],
+                     checked["attention"])
+    except (TypeError, ValueError) as error:  # e.g. n not a multiple of the node's GPUs
+        out["errors"] = {"gpus": str(error)}
+        return out
+    out.update(ok=True, readout=readout(s, precision, intra, inter, gpu),
+               sources=sources(model, gpu, precision, intra, inter),
+               volume=_volume_data(s), steps=_step_data(s), memory=_memory_data(s))
+    return _plain(out)
+
+
+def _volume_data(s: dict) -> dict:
+    rows = [{"n": n, "bytes": value, "series": CURVE_NAMES[key]}
+            for key in ("dp_copy", "dp_nccl", "ddp")
+            for n, value in zip(s["curve_gpus"], s[f"{key}_curve"], strict=True)
+            if not math.isnan(value) and value > 0]
+    n, markers = s["num_gpus"], []
+    if n > 1:
+        if s["dp_available"]:
+            markers += [{"n": n, "bytes": s["dp_bytes"][path], "series": CURVE_NAMES[key]}
+                        for key, path in (("dp_copy", "copy"), ("dp_nccl", "nccl"))]
+        markers.append({"n": n, "bytes": s["ddp_bytes"], "series": CURVE_NAMES["ddp"]})
+    rules = [{"n": s["gpus_per_node"], "what": "one node (DP's limit)"},
+             {"n": n, "what": f"the chosen n = {n}"}]
+    return {"rows": rows, "markers": markers, "rules": rules, "n": n,
+            "gpus_per_node": s["gpus_per_node"], "series": list(CURVE_NAMES.values())}
+
+
+def _step_data(s: dict) -> dict:
+    steps = s["steps"]
+    names = [DP_COPY, DP_NCCL, s["ddp_name"]] + ([DDP_FLAT] if DDP_FLAT in steps else [])
+    parts, communication, labels = [], [], []
+    for order, name in enumerate(names):
+        st = steps.get(name)
+        if st is None:
+            labels.append({"row": name, "order": order, "seconds": 0.0,
+                           "label": f" {CANNOT_SPAN}"})
+            continue
+        parts += [{"row": name, "order": order, "part": STEP_PARTS[0], "stack": 0,
+                   "seconds": st.compute_s},
+                  {"row": name, "order": order, "part": STEP_PARTS[1], "stack": 1,
+                   "seconds": st.exposed_communication_s}]
+        communication.append({"row": name, "order": order, "seconds": st.communication_s})
+        labels.append({"row": name, "order": order, "seconds": st.total_s,
+                       "label": f" {format_seconds(st.total_s)}"})
+    return {"rows": names, "parts": parts, "communication": communication, "labels": labels}
+
+
+def _memory_data(s: dict) -> dict:
+    parts, totals = [], []
+    for key, strategy in STRATEGY_NAMES.items():
+        components = s["memory"].get(key)
+        if components is None:
+            totals.append({"strategy": strategy, "bytes": 0.0, "fits": None, "label": "one node"})
+            continue
+        for component, value in components.items():
+            if value > 0:  # stacked bottom to top in dpcost.memory.COMPONENTS' order
+                parts.append({"strategy": strategy, "component": component,
+                              "order": COMPONENTS.index(component), "bytes": float(value)})
+        total, fit = total_bytes(components), s["fits"][key]
+        totals.append({"strategy": strategy, "bytes": total, "fits": fit,
+                       "label": f"{format_bytes(total, digits=3)} {'✓' if fit else '✗'}"})
+    return {"strategies": list(STRATEGY_NAMES.values()), "parts": parts, "totals": totals,
+            "capacity": [{"bytes": s["capacity_bytes"], "what": "GPU capacity"}],
+            "capacity_bytes": s["capacity_bytes"]}
+
+
+def explore_json(settings_json: str) -> str:
+    """``explore`` for a caller that speaks JSON (the page's Web Worker): JSON in, JSON out.
+
+    Nothing raises: an unexpected error comes back as {"ok": false, "errors": {"": message}}
+    so that the page shows it and the worker keeps running."""
+    import json
+
+    try:
+        result = explore(json.loads(settings_json))
+    except Exception as error:  # noqa: BLE001 - the worker must answer every request
+        result = {"ok": False, "errors": {"": f"{type(error).__name__}: {error}"}}
+    return json.dumps(result, allow_nan=False)
