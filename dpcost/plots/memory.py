@@ -86,8 +86,8 @@ def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128,
                    optimizer: str = "adam", precision: str = "fp32", attention: str = "eager"):
     """Lines: total(DP GPU0) / total(DDP rank) against the global batch, one line per n.
 
-    Dotted lines mark n, the five functions' GPU0 multiplier. Returns (figure, data) with "batch_sizes" and "ratios"
-    (a dict n -> list of ratios, one per batch size).
+    Dotted lines mark n, the five functions' GPU0 multiplier. Returns (figure, data) with
+    "batch_sizes" and "ratios" (a dict n -> list of ratios, one per batch size).
     """
     style.apply()
     batches = [int(b) for b in batch_sizes]
