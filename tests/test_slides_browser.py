@@ -84,22 +84,28 @@ MEASURE = """n => {
 }"""
 
 
-def measure(decks_dir: Path, cited: dict[str, list[int] | None]) -> dict[str, dict[int, dict]]:
+def measure_in(page, base: str, cited: dict[str, list[int] | None]) -> dict[str, dict[int, dict]]:
     """deck -> slide number -> {height, width, wrapped}; ``None`` measures every slide."""
     found: dict[str, dict[int, dict]] = {}
+    for deck, numbers in cited.items():
+        page.goto(f"{base}/{_notebook(deck).stem}.slides.html")
+        page.wait_for_function(READY)
+        page.wait_for_function(TYPESET)
+        total = page.evaluate("() => deck.getTotalSlides()")
+        found[deck] = {}
+        for number in numbers or range(1, total + 1):
+            result = page.evaluate(MEASURE, number)
+            assert result.pop("current") == number
+            found[deck][number] = result
+    return found
+
+
+def measure(decks_dir: Path, cited: dict[str, list[int] | None]) -> dict[str, dict[int, dict]]:
+    """``measure_in`` a fresh Chromium page that may only reach the decks' local server."""
     with static_server(decks_dir) as base, local_page(viewport=(WIDTH, HEIGHT),
                                                       timeout_ms=30_000) as (page, blocked):
-        for deck, numbers in cited.items():
-            page.goto(f"{base}/{_notebook(deck).stem}.slides.html")
-            page.wait_for_function(READY)
-            page.wait_for_function(TYPESET)
-            total = page.evaluate("() => deck.getTotalSlides()")
-            found[deck] = {}
-            for number in numbers or range(1, total + 1):
-                result = page.evaluate(MEASURE, number)
-                assert result.pop("current") == number
-                found[deck][number] = result
-        assert blocked == []
+        found = measure_in(page, base, cited)
+    assert blocked == []
     return found
 
 
@@ -121,13 +127,22 @@ def overflowing(found: dict[str, dict[int, dict]]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lecture_decks(tmp_path_factory):
+def lecture(tmp_path_factory):
+    """The lecture's decks, built as `make slides` builds them, served on 127.0.0.1, and one
+    Chromium page at 1280x720 that may reach nothing else: shared by the tests below."""
     if NPM_MISSING:
         pytest.skip("npm is missing: make slides installs reveal.js and MathJax with npm ci")
+    if CHROMIUM is None:
+        pytest.skip(NO_CHROMIUM)
     cited = lecture_slides(TEACHING.read_text())
     out = tmp_path_factory.mktemp("lecture_slides")
+    start = time.perf_counter()
     build.build([_notebook(deck) for deck in cited], out)
-    return out, cited
+    print(f"built {len(cited)} decks in {time.perf_counter() - start:.1f} s")
+    with static_server(out) as base, local_page(viewport=(WIDTH, HEIGHT),
+                                                timeout_ms=30_000) as (page, blocked):
+        yield {"base": base, "page": page, "cited": cited}
+    assert blocked == []
 
 
 def test_the_lecture_plan_is_50_minutes_and_cites_slides():
@@ -136,31 +151,28 @@ def test_the_lecture_plan_is_50_minutes_and_cites_slides():
     assert cited and all(cited.values())
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 @pytest.mark.timeout(180)
-def test_no_slide_of_the_lecture_overflows_1280x720(lecture_decks):
-    out, cited = lecture_decks
+def test_no_slide_of_the_lecture_overflows_1280x720(lecture):
     start = time.perf_counter()
-    found = measure(out, cited)
+    found = measure_in(lecture["page"], lecture["base"], lecture["cited"])
     print(f"measured {sum(map(len, found.values()))} slides of {len(found)} decks in "
           f"{time.perf_counter() - start:.1f} s")
     assert overflowing(found) == []
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 @pytest.mark.timeout(120)
-def test_the_right_arrow_visits_every_subslide_in_order(lecture_decks):
-    out, cited = lecture_decks
-    deck = next(iter(cited))
-    with static_server(out) as base, local_page(viewport=(WIDTH, HEIGHT),
-                                                timeout_ms=30_000) as (page, _):
-        page.goto(f"{base}/{_notebook(deck).stem}.slides.html")
-        page.wait_for_function(READY)
-        total = page.evaluate("() => deck.getTotalSlides()")
-        seen = []
-        for _ in range(total):
-            seen.append(page.locator(".slide-number").inner_text().split()[0])
-            page.keyboard.press("ArrowRight")
+def test_the_right_arrow_visits_every_subslide_in_order(lecture):
+    page, deck = lecture["page"], next(iter(lecture["cited"]))
+    page.goto(f"{lecture['base']}/{_notebook(deck).stem}.slides.html")
+    page.wait_for_function(READY)
+    total = page.evaluate("() => deck.getTotalSlides()")
+    presses = total + page.locator(".fragment").count()  # a fragment takes a press too
+    seen = [page.locator(".slide-number").inner_text().split()[0]]
+    for _ in range(presses):
+        page.keyboard.press("ArrowRight")
+        number = page.locator(".slide-number").inner_text().split()[0]
+        if number != seen[-1]:
+            seen.append(number)
     assert seen == [str(k) for k in range(1, total + 1)]
 
 
