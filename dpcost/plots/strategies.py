@@ -10,8 +10,8 @@ from dpcost.plots import style
 MODELLED_COLOR = "#7f8c8d"
 MEASURED_COLOR = style.DDP_COLOR
 # Where a rung has no measured bar (DataParallel's NCCL path): gloo has no NCCL, and this
-# machine no GPU; lesson 06 measures the chain that NCCL would run, with point-to-point sends.
-UNMEASURED_NOTE = "not measured: needs NCCL on GPUs (lesson 06 runs its chain)"
+# machine no GPU; lesson 06 measures a gloo stand-in of the chain that NCCL would run.
+UNMEASURED_NOTE = "not measured: no NCCL here (lesson 06: a gloo chain)"
 
 
 def ladder_figure(rows: list, title: str = ""):
@@ -49,7 +49,7 @@ def ladder_figure(rows: list, title: str = ""):
     for y, row in zip(ys, rows, strict=True):
         if row["measured_sent_bytes"] is None:  # said on the figure, not only in the code
             for ax in (left, right):
-                ax.text(0, y + 0.2, " " + UNMEASURED_NOTE, va="center", fontsize=10,
+                ax.text(0.01, y + 0.2, UNMEASURED_NOTE, va="center", fontsize=10,
                         style="italic", color=MEASURED_COLOR)
         label = f"{row['modelled_messages']} msg"
         left.text(row["modelled_sent_bytes"] / 1e6, y - 0.2, " " + label, va="center",
