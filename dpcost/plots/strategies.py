@@ -50,7 +50,8 @@ def ladder_figure(rows: list, title: str = ""):
         if row["measured_sent_bytes"] is None:  # said on the figure, not only in the code
             for ax in (left, right):
                 ax.text(0.01, y + 0.2, UNMEASURED_NOTE, va="center", fontsize=10,
-                        style="italic", color=MEASURED_COLOR)
+                        style="italic", color=MEASURED_COLOR,
+                        transform=ax.get_yaxis_transform())  # x: fraction of the panel
         label = f"{row['modelled_messages']} msg"
         left.text(row["modelled_sent_bytes"] / 1e6, y - 0.2, " " + label, va="center",
                   fontsize=10)
