@@ -9,6 +9,12 @@ default; here they come from slides/node_modules (``npm ci``, pinned by package-
 are copied into ``<out>/vendor`` so the deck folder opens anywhere, without a network. Widgets
 cannot run without a kernel, so their views and saved state are left out of the decks (no widget
 CDN script either); every widget cell in the course also leaves a static output, which stays.
+
+What a deck projects differs from the notebook in three ways: a code cell tagged
+``slides-hide-input`` shows only its output (its figure or table is the point); directive comments
+for the tools (``# NBVAL_IGNORE_OUTPUT``, ``# noqa``) are stripped from the code that stays; and
+the decks navigate linearly, so the Right arrow visits every slide in the order the outline
+numbers them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ DEFAULT_OUT = ROOT / "build" / "slides"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+HIDE_INPUT_TAG = "slides-hide-input"
+# Whole-line nbval directives and trailing noqa comments: for the tools, not the room.
+_DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+[ \t]*\n?", re.M)
+_NOQA = re.compile(r"[ \t]*#[ \t]*noqa\b[^\n]*", re.I)
 # What of each npm package the decks load (MathJax's 73 MB package holds far more than needed:
 # CommonHTML output, TeX input and the woff fonts it asks for are enough).
 THEME = "white"  # its only font is bundled; other themes @import web fonts from Google
@@ -79,21 +89,32 @@ def copy_vendor(out: Path) -> None:
                 shutil.copy2(source, target)
 
 
-def _static_widgets_preprocessor():
+def projected_source(source: str) -> str:
+    """A code cell's source as a deck shows it: without nbval directives or ``# noqa`` comments."""
+    return _NOQA.sub("", _DIRECTIVE_LINE.sub("", source)).strip("\n")
+
+
+def _deck_cells_preprocessor():
     from nbconvert.preprocessors import Preprocessor
 
-    class StaticWidgets(Preprocessor):
-        """Drop widget views and saved widget state: a deck has no kernel to drive them."""
+    class DeckCells(Preprocessor):
+        """Drop widget views and saved widget state (a deck has no kernel to drive them), strip
+        directive comments from code, and hide the input of cells tagged ``slides-hide-input``."""
 
         def preprocess(self, nb, resources):
             nb.metadata.pop("widgets", None)
             for cell in nb.cells:
-                if cell.cell_type == "code":
-                    cell.outputs = [out for out in cell.outputs
-                                    if WIDGET_VIEW not in out.get("data", {})]
+                if cell.cell_type != "code":
+                    continue
+                cell.outputs = [out for out in cell.outputs
+                                if WIDGET_VIEW not in out.get("data", {})]
+                cell.source = projected_source(cell.source)
+                if HIDE_INPUT_TAG in cell.metadata.get("tags", []) or not cell.source:
+                    # what nbconvert's TagRemovePreprocessor sets to drop an input
+                    cell.metadata["transient"] = {"remove_source": True}
             return nb, resources
 
-    return StaticWidgets
+    return DeckCells
 
 
 def exporter():
@@ -116,7 +137,7 @@ def exporter():
     for name in ("require_js_url", "jquery_url", "mathjax_url"):
         setattr(config.HTMLExporter, name, VENDOR_URLS[name])
     exp = SlidesExporter(config=config)
-    exp.register_preprocessor(_static_widgets_preprocessor()(), enabled=True)
+    exp.register_preprocessor(_deck_cells_preprocessor()(), enabled=True)
     return exp
 
 

@@ -38,6 +38,26 @@ def test_stacked_bars_draw_the_model():
     plt.close(fig)
 
 
+def test_a_dominant_component_gets_a_panel_without_it():
+    """ResNet-50's activations dwarf the rest: a second panel shows the other seven readably."""
+    model = MODELS["ResNet-50"]
+    fig, data = memory_stacked_bars(model, [(2, 64), (8, 256)])
+    assert data["zoomed_out"] == "activations" and len(fig.axes) == 2
+    main, zoom = fig.axes
+    assert "attention" not in main.get_title()  # a CNN has none
+    heights = [p.get_height() for p in zoom.patches if p.get_fill()]
+    assert len(heights) == 2 * 3 * 7  # configs x GPUs x components, activations left out
+    mem = data["memory"][0]["dp_gpu0"]
+    assert heights[:7] == pytest.approx([v / 1e9 for k, v in mem.items() if k != "activations"])
+    assert len(zoom.get_legend().get_texts()) == 8  # the legend still names all eight
+    assert zoom.get_ylim()[1] < 0.2 * main.get_ylim()[1]  # its own, finer scale
+    plt.close(fig)
+    fig, data = memory_stacked_bars(MODELS["GPT-2 small"], [(8, 32)], precision="mixed",
+                                    attention="sdpa")
+    assert data["zoomed_out"] is None and len(fig.axes) == 1
+    plt.close(fig)
+
+
 def test_every_figure_gives_a_memory_component_the_same_colour():
     """Lesson 04's bars and the explorer's memory view read one table (plots/style.py)."""
     from dpcost import explorer_views

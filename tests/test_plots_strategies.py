@@ -7,7 +7,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dpcost import strategies as st  # noqa: E402
-from dpcost.plots.strategies import fits_figure, ladder_figure, loss_curves_figure  # noqa: E402
+from dpcost.plots.strategies import (  # noqa: E402
+    UNMEASURED_NOTE,
+    fits_figure,
+    ladder_figure,
+    loss_curves_figure,
+)
 
 
 def fake_rows():
@@ -38,6 +43,9 @@ def test_ladder_figure_draws_every_rung_and_skips_the_unmeasured():
     assert [round(bar.get_width() * 1e6) for bar in outlines] == [
         row["modelled_peak_state_bytes"] for row in rows
         if row["rung"] in ("PowerSGD", "FSDP no reshard")]
+    unmeasured = [row["rung"] for row in rows if row["measured_sent_bytes"] is None]
+    for ax in (left, right):  # the missing bar is explained on the figure itself
+        assert [t.get_text().strip() for t in ax.texts].count(UNMEASURED_NOTE) == len(unmeasured)
     assert left.get_xlabel().startswith("bytes sent per rank")
     assert right.get_legend() is not None and fig._suptitle.get_text()
     plt.close(fig)

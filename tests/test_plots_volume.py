@@ -17,4 +17,6 @@ def test_volume_vs_gpus():
     ax = fig.axes[0]
     assert ax.get_title() and ax.get_xlabel() and "GB" in ax.get_ylabel()
     assert len(ax.get_legend().get_texts()) == 4
+    assert ax.get_yscale() == "log"  # the copy path would squeeze the other three lines flat
+    assert [round(x) for x in ax.lines[0].get_xdata()] == [2, 4, 8]  # n = 1 moves 0 bytes
     plt.close(fig)

@@ -131,3 +131,43 @@ def test_deck_advances_and_renders_math_offline(decks):
         assert slides[1][1].lower() in " ".join(second.split()).lower()
         assert page.locator(".slide-number").inner_text().split()[0] == "2"
     assert blocked == [] and failed == [] and errors == []
+
+
+def test_projected_code_drops_tool_directives_and_tagged_inputs(tmp_path):
+    """A deck shows neither nbval's directives nor the input of a cell tagged slides-hide-input."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    shown = nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nx = 41 + 1  # noqa: F841\nprint(x)")
+    hidden = nbformat.v4.new_code_cell("print('the figure alone')",
+                                       metadata={"tags": [build.HIDE_INPUT_TAG]})
+    hidden.outputs = [nbformat.v4.new_output("stream", text="the figure alone\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# A deck"), shown, hidden]
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    html = build.build_deck(path, tmp_path).read_text()
+    assert "NBVAL" not in html and "noqa" not in html
+    assert "x</span> <span class=\"o\">=</span> <span class=\"mi\">41</span>" in html
+    assert "print(&#39;the figure alone&#39;)" not in html and "print</span>" in html
+    assert html.count("the figure alone") == 1  # its output stays
+    assert build.projected_source("  # NBVAL_SKIP\ny = 1  # noqa\n") == "y = 1"
+
+
+def test_decks_navigate_linearly():
+    """The Right arrow visits every subslide in order (reveal.js's default skips them)."""
+    template = (build.TEMPLATE_DIR / "dpcost_reveal" / "index.html.j2").read_text()
+    assert 'navigationMode: "linear"' in template
+
+
+def test_every_slide_of_the_lessons_has_a_heading():
+    """The overview (Esc) and the outline show each slide's heading: no "(code)", no sentence."""
+    import nbformat
+
+    for notebook in sorted((ROOT / "notebooks").glob("0[0-8]_*.ipynb")):
+        titles = dict(build.outline(notebook))
+        cells = nbformat.read(notebook, as_version=4).cells
+        first = [cell for cell in cells
+                 if cell.metadata.get("slideshow", {}).get("slide_type") in ("slide", "subslide")]
+        for number, cell in enumerate(first, start=1):
+            assert cell.cell_type == "markdown" and cell.source.lstrip().startswith("#"), (
+                f"{notebook.name} slide {number} ({titles.get(number)}) starts without a heading")

@@ -107,13 +107,27 @@ def test_every_lesson_deck_is_in_the_counts_table():
 
 def test_the_checker_catches_a_missing_slide_a_wrong_title_and_wrong_minutes():
     text = TEACHING.read_text()
-    row = '| 4 | 00 | 1, 4–5 | "00 · Start here'
+    row = '| 3 | 00 | 1–2 | "00 · Start here'
     assert row in text
-    broken = text.replace(row, '| 5 | 00 | 1, 4–99 | "00 · Start here')
+    broken = text.replace(row, '| 4 | 00 | 1–99 | "00 · Start here')
     broken = broken.replace('"A worked example: a 1.5 GB model on 8 GPUs"', '"A worked example"')
-    broken = broken.replace("(04, slide 12)", "(04, slide 21)")
+    broken = broken.replace("(04, slide 13)", "(04, slide 22)")
     found = "\n".join(problems(broken))
-    assert "deck 00 has 12 slides, no 99" in found
+    assert "deck 00 has 14 slides, no 99" in found
     assert "51 minutes, not 50" in found
-    assert "slide 6 is 'A worked example: a 1.5 GB model on 8 GPUs'" in found
-    assert "deck 04 has 20 slides, no 21" in found
+    assert "slide 7 is 'A worked example: a 1.5 GB model on 8 GPUs'" in found
+    assert "deck 04 has 21 slides, no 22" in found
+
+
+def test_the_lecture_adds_up_to_50_minutes_questions_included():
+    """The 50-minute lecture's rows sum to 50, and each of its questions is asked inside a row."""
+    lecture = _section(TEACHING.read_text(), "## A 50-minute lecture")
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| ([\d–, ]+) \| (.*) \|$", lecture, re.M)
+    assert sum(int(row[0]) for row in rows) == 50
+    asked = sorted(int(q) for row in rows for q in re.findall(r"question (\d)", row[3]))
+    assert asked == [1, 2, 3, 4, 5]
+    questions = _section(TEACHING.read_text(), "## Questions to ask the room")
+    for number in asked:  # the question's slide lies in the row that asks it
+        deck, slide = re.search(rf"^{number}\. \((\w+), slide (\d+)\)", questions, re.M).groups()
+        row = next(r for r in rows if f"question {number}" in r[3])
+        assert row[1] == deck and int(slide) in _numbers(row[2]), (number, row[:3])

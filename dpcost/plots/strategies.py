@@ -9,14 +9,17 @@ from dpcost.plots import style
 
 MODELLED_COLOR = "#7f8c8d"
 MEASURED_COLOR = style.DDP_COLOR
+# Where a rung has no measured bar (DataParallel's NCCL path): gloo has no NCCL, and this
+# machine no GPU; lesson 06 measures a gloo stand-in of the chain that NCCL would run.
+UNMEASURED_NOTE = "not measured: no NCCL here (lesson 06: a gloo chain)"
 
 
 def ladder_figure(rows: list, title: str = ""):
     """Two panels, one bar pair per rung: bytes sent per rank per optimizer step (MB) and
-    model state per rank after the step (MB), modelled (grey) beside measured (blue, absent
-    where the rung did not run here); a dashed outline marks the modelled peak where it is
-    larger (``dpcost.strategies`` defines both). Messages per step are written at the end of
-    each bytes bar.
+    model state per rank after the step (MB), modelled (grey) beside measured (blue; where the
+    rung did not run here, a note on the figure says why); a dashed outline marks the modelled
+    peak where it is larger (``dpcost.strategies`` defines both). Messages per step are written
+    at the end of each bytes bar.
 
     ``rows``: ``dpcost.measure.strategy_scenarios.ladder_rows``. Returns (figure, data) with
     data[key] the lists drawn, in bytes.
@@ -44,6 +47,11 @@ def ladder_figure(rows: list, title: str = ""):
     right.barh([p[0] for p in peaks], [p[1] for p in peaks], height=0.38, fill=False,
                edgecolor="black", linestyle="--", label="modelled peak")
     for y, row in zip(ys, rows, strict=True):
+        if row["measured_sent_bytes"] is None:  # said on the figure, not only in the code
+            for ax in (left, right):
+                ax.text(0.01, y + 0.2, UNMEASURED_NOTE, va="center", fontsize=10,
+                        style="italic", color=MEASURED_COLOR,
+                        transform=ax.get_yaxis_transform())  # x: fraction of the panel
         label = f"{row['modelled_messages']} msg"
         left.text(row["modelled_sent_bytes"] / 1e6, y - 0.2, " " + label, va="center",
                   fontsize=10)

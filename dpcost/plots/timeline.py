@@ -7,7 +7,8 @@ import matplotlib.pyplot as plt
 from dpcost.plots import style
 from dpcost.timeline_events import by_iteration
 
-COMPUTE_COLORS = {"forward": "#a9cce3", "backward": "#148f77", "optimizer step": "#7d3c98"}
+# Forward dark enough to see beside the white gaps; none of the three is a communication colour.
+COMPUTE_COLORS = {"forward": "#566573", "backward": "#148f77", "optimizer step": "#7d3c98"}
 COMM_COLORS = {"bucket": style.DDP_COLOR, "parameters out": style.DP_COLOR,
                "gradients in": "#e67e22"}
 
@@ -23,9 +24,10 @@ def pick_iteration(rank_timelines: list) -> int:
 
 
 def gantt(timelines: dict, iteration: int | None = None):
-    """One panel per scenario ({label: [rank 0's events, rank 1's, ...]}), sharing the time
-    axis: per rank a compute lane (forward, backward, optimizer step) and a communication lane
-    (DDP's buckets; DP's parameters out and gradients in); ticks mark gradients ready.
+    """One panel per scenario ({label: [rank 0's events, rank 1's, ...]}), side by side on one
+    time scale (a landscape figure for a 16:9 screen): per rank a compute lane (forward,
+    backward, optimizer step) and a communication lane (DDP's buckets; DP's parameters out and
+    gradients in); ticks mark gradients ready.
 
     Times are ms from the iteration's first event on any rank. Returns (figure, drawn) with
     drawn[label] = {rank: {"compute": [(name, start_ms, end_ms)], "comm": [...],
@@ -33,10 +35,11 @@ def gantt(timelines: dict, iteration: int | None = None):
     """
     style.apply()
     labels = list(timelines)
-    fig, axes = plt.subplots(len(labels), 1, sharex=True, squeeze=False,
-                             figsize=(11, 2.3 + 1.6 * sum(len(r) for r in timelines.values())))
+    ranks_most = max(len(r) for r in timelines.values())
+    fig, axes = plt.subplots(1, len(labels), sharex=True, sharey=True, squeeze=False,
+                             figsize=(5.4 * len(labels), 2.4 + 1.3 * ranks_most))
     drawn, seen = {}, {}
-    for ax, label in zip(axes[:, 0], labels, strict=True):
+    for ax, label in zip(axes[0], labels, strict=True):
         ranks = timelines[label]
         chosen = pick_iteration(ranks) if iteration is None else iteration
         per_rank = [by_iteration(events)[chosen] for events in ranks]
@@ -69,8 +72,9 @@ def gantt(timelines: dict, iteration: int | None = None):
             names += [f"rank {rank} comm", f"rank {rank} compute"]
         ax.set_yticks(ticks, names)
         ax.set_ylim(-0.2, 2 * len(per_rank))
-        ax.set_title(f"{label}: the middle iteration of the measured window")
-    axes[-1, 0].set_xlabel("time from the iteration's first event (ms)")
-    fig.legend(loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.01))
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+        ax.set_title(label.replace(" (", "\n("))
+        ax.set_xlabel("time from the iteration's first event (ms)")
+    fig.suptitle("One measured iteration per rank (the middle one of the window): gloo, CPU, fp32")
+    fig.legend(loc="lower center", ncol=7, frameon=False, bbox_to_anchor=(0.5, -0.01))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig, drawn
