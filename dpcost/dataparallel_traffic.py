@@ -54,7 +54,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpcost import buckets
 from dpcost.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, ddp_bucket_sizes
 from dpcost.core import check_num_gpus, check_real, ddp_communication_volume
 from dpcost.presets import resnet50_layers
@@ -84,7 +83,6 @@ __all__ = [
     "resnet50_ready_order_bytes",
 ]
 
-ddp_buckets_from_sizes = buckets.ddp_buckets_from_sizes  # alias for notebooks, removed after merge
 
 @dataclass(frozen=True)
 class StepTransfer:

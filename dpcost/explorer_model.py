@@ -25,10 +25,9 @@ import re
 from dataclasses import replace
 from functools import lru_cache
 
+from dpcost.buckets import ddp_bucket_sizes, ddp_buckets_from_sizes
 from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
 from dpcost.dataparallel_traffic import (
-    ddp_bucket_sizes,
-    ddp_buckets_from_sizes,
     dp_path_traffic,
     gpu_busy_bytes,
     resnet50_counts,
@@ -182,7 +181,7 @@ def _ddp_buckets(name: str, parameters: int, grad_bytes: int) -> tuple[float, ..
 def ddp_buckets(model: ModelPreset, precision: str) -> list[float]:
     """Bytes of DDP's gradient buckets after the rebuild (every iteration but the first).
 
-    ``dataparallel_traffic.ddp_buckets_from_sizes`` (torch's ``_compute_bucket_assignment_by_
+    ``buckets.ddp_buckets_from_sizes`` (torch's ``_compute_bucket_assignment_by_
     size``: caps 1 MiB then 25 MiB, tensors never split) over the gradients in ready order at
     the mode's gradient width. A custom model has no tensor list: it is taken as many tensors
     small against the caps, i.e. buckets of exactly 1 MiB, then 25 MiB, then the rest.

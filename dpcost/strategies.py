@@ -58,7 +58,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dpcost import buckets
 from dpcost.core import (
     check_choice,
     check_int,
@@ -126,12 +125,6 @@ def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float
 
 
 _integer, _choice, _ranks = check_int, check_choice, check_ranks
-
-
-# aliases for notebooks and measure/, removed after merge (the owner is dpcost.buckets)
-bucket_assignment = buckets.bucket_assignment
-ddp_bucket_caps = buckets.ddp_bucket_caps
-ddp_rebuilt_buckets = buckets.ddp_rebuilt_buckets
 
 
 # --- model-state memory ---------------------------------------------------------------------
