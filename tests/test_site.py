@@ -53,6 +53,10 @@ def test_the_site_builds_offline_with_every_page_no_remote_asset_and_answers_fol
     assert (site / "_static" / "mathjax" / "tex-chtml.js").exists()  # math without a CDN
     explorer = (site / "notebooks" / "05_explorer.html").read_text()
     assert "Snapshot at these settings" in explorer and explorer.count("<img") >= 3
+    # the live explorer page (tests/test_site_explorer_browser.py drives it): Pyodide and the
+    # model's files are served by the site itself
+    live = site / "explorer" / "index.html"
+    assert live.exists() and not EXTERNAL_ASSET.search(live.read_text())
 
 
 PAGES = {  # page: what it must show (each page checks figures, math and answers it has)
