@@ -337,3 +337,19 @@ def test_diagnose_works_on_plain_values():
     assert "n - 1" in diagnose("ddp_communication_volume", (1.5e9, 8), 3e9, 2.625e9)
     assert diagnose("communication_reduction_factor", (0, 8), math.nan, 8.0).startswith("NaN")
     assert diagnose("dp_communication_volume", (1.5e9, 8), 1.0, 21e9) == ""  # no pattern
+
+
+def test_a_failed_check_or_submit_points_to_the_hints_and_the_solution():
+    def ddp_communication_volume(model_size_bytes, num_gpus):
+        return _ddp_one_phase(model_size_bytes, num_gpus)
+
+    pointer = ('Stuck after trying? The hint button under the task reveals its hints one at a '
+               'time, then the worked solution; in code, `hint("ddp_communication_volume")` '
+               'prints the next hint and `solution("ddp_communication_volume")` the worked '
+               'solution.')
+    for report in (check(ddp_communication_volume), submit(ddp_communication_volume)):
+        assert report.footer == [pointer]
+        assert str(report).endswith(pointer)
+        assert report._repr_html_().endswith(
+            "<code>solution(&quot;ddp_communication_volume&quot;)</code> the worked solution.</p>")
+    assert check(REFERENCE[1]).footer == [] and submit(*REFERENCE).footer == []

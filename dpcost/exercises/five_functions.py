@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpcost.exercises.report import Report, TestResult
+from dpcost.exercises.report import Report, TestResult, solution_pointer
 from dpcost.exercises.sandbox import (
     DEFAULT_TIMEOUT,
     NO_RESULT,
@@ -333,10 +333,6 @@ def _size_dependence(name: str, judged: list[tuple[Case, Outcome]]) -> str:
             "DP / DDP, so the factor must be the same for every size)")
 
 
-SOLUTION_POINTER = ("Stuck after trying? The hint button under each function reveals its hints "
-                    "one at a time, then the worked solution; in a terminal, "
-                    "`hint(\"{name}\")` prints the next hint.")
-
 
 def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run the worked examples of your function ``fn``; return a :class:`Report` (a table)."""
@@ -345,7 +341,7 @@ def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> R
     report = Report(f"check({name}): worked examples", "check")
     report.results = _run_tests(fn, name, tests, timeout)
     if report.failures:
-        report.footer.append(SOLUTION_POINTER.format(name=name))
+        report.footer.append(solution_pointer(name))
     return report
 
 
@@ -368,7 +364,7 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
     report = battery_report(named, timeout, max_timeouts)
     failing = list(dict.fromkeys(r.function for r in report.failures))
     if failing:
-        report.footer.append(SOLUTION_POINTER.format(name=failing[0]))
+        report.footer.append(solution_pointer(failing[0]))
     return report
 
 

@@ -181,8 +181,7 @@ def hint_button(name: str):
             return
         items = "".join(f"<li>{_html(text)}</li>" for text in HINTS[name][: box.revealed])
         worked = (f"<p><b>The worked solution</b> (compare it with yours):</p>"
-                    f"<pre>{html.escape(solution_text(name))}</pre>"
-                    if box.solution_shown else "")
+                  f"<pre>{html.escape(solution_text(name))}</pre>" if box.solution_shown else "")
         shown.value = f"<ol>{items}</ol>{worked}"
         if box.solution_shown:
             button.description, button.disabled = "All hints and the solution shown", True

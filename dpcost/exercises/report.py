@@ -167,6 +167,14 @@ _CELL = ("text-align:left;vertical-align:top;white-space:normal;overflow-wrap:an
          "word-break:break-word;padding:0.3em 0.5em;")
 
 
+def solution_pointer(name: str) -> str:
+    """The line under a failed ``check`` or ``submit``: where the hints and the worked solution
+    of exercise ``name`` are."""
+    return (f"Stuck after trying? The hint button under the task reveals its hints one at a time, "
+            f"then the worked solution; in code, `hint(\"{name}\")` prints the next hint and "
+            f"`solution(\"{name}\")` the worked solution.")
+
+
 def _code_spans(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 

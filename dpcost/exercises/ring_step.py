@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 from dpcost import ring  # in the checker only: the student's code never needs it
-from dpcost.exercises.report import Report, TestResult
+from dpcost.exercises.report import Report, TestResult, solution_pointer
 from dpcost.exercises.sandbox import (
     DEFAULT_TIMEOUT,
     NO_RESULT,
@@ -137,13 +137,9 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
                                          str(course_schedule(name, n, s)), got, not reason,
                                          reason, outcome.stdout))
     if report.failures:
-        report.footer.append(SOLUTION_POINTER.format(name=name))
+        report.footer.append(solution_pointer(name))
     return report
 
-
-SOLUTION_POINTER = ("Stuck after trying? The hint button under the task reveals its hints one at "
-                    "a time, then the worked solution; in a terminal, `hint(\"{name}\")` prints "
-                    "the next hint.")
 
 
 def _collect_sends(schedules, num_ranks: int) -> tuple:
@@ -338,7 +334,7 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT) -> Report:
     report = simulator_report(given, timeout)
     failing = [name for name in PHASE_NAMES if name in given]
     if report.failures:
-        report.footer.append(SOLUTION_POINTER.format(name=failing[0]))
+        report.footer.append(solution_pointer(failing[0]))
     return report
 
 
