@@ -114,38 +114,42 @@ class Report:
 
     # HTML (Jupyter).
     def _repr_html_(self) -> str:
-        """The report as HTML that fits a narrow output area (JupyterLab's is about 968 px).
+        """The report as HTML that fits a narrow output area (JupyterLab's is about 850-970 px).
 
-        One row per test (or per group of failures), and the reason on a row of its own under
-        it, across the whole table; long calls and values wrap. The function column is shown
-        only when the report covers more than one function.
+        One row per test (or per group of failures) and the reason on a row of its own under
+        it, across the whole table; long calls and values wrap. No function column: a report
+        on several functions heads each function's rows with its name and count instead.
         """
         esc = html.escape
         parts = [f"<p><b>{esc(self.title)}</b></p>"]
         parts += [f"<p>{esc(note)}</p>" for note in self.notes]
-        functions = list(self.by_function())
+        counts = self.by_function()
         if self.kind == "submit":
             parts.append(f"<p><b>{esc(self.score_line())}</b>" + (" - " + ", ".join(
-                f"{esc(fn)}: {p}/{t}" for fn, (p, t) in self.by_function().items())
-                if len(functions) > 1 else "") + "</p>")
+                f"{esc(fn)}: {p}/{t}" for fn, (p, t) in counts.items())
+                if len(counts) > 1 else "") + "</p>")
             rows = [(r, r.reason + (f" (and {more} more tests of {r.function} fail for the same "
                                     "reason)" if more else ""))
                     for r, more in self.grouped_failures()]
-            header = (["function"] if len(functions) > 1 else []) + [
-                "test", "call", "expected", "got"]
+            header, widths = ("test", "call", "expected", "got"), (20, 36, 22, 22)
         else:
             rows = [(r, r.reason) for r in self.results]
-            header = ["call", "expected", "got", "result"]
+            header, widths = ("call", "expected", "got", "result"), (40, 25, 25, 10)
         if rows:
-            parts.append(_TABLE + "<tr>" + "".join(
-                f'<th style="{_CELL}">{esc(h)}</th>' for h in header) + "</tr>")
+            parts.append(_TABLE + "".join(f'<col style="width:{w}%">' for w in widths)
+                         + "<tr>" + "".join(f'<th style="{_CELL}">{esc(h)}</th>' for h in header)
+                         + "</tr>")
+            function = None
             for result, reason in rows:
+                if len(counts) > 1 and result.function != function:
+                    function = result.function
+                    parts.append(f'<tr><th colspan="{len(header)}" style="{_CELL}">'
+                                 f"{esc(function)}</th></tr>")
                 if self.kind == "submit":
-                    cells = ([result.function] if len(functions) > 1 else []) + [
-                        result.category, result.call, result.expected, result.got]
+                    cells = (result.category, result.call, result.expected, result.got)
                 else:
-                    cells = [result.call, result.expected, result.got,
-                             "pass" if result.passed else "FAIL"]
+                    cells = (result.call, result.expected, result.got,
+                             "pass" if result.passed else "FAIL")
                 color = "#e6f4ea" if result.passed else "#fce8e6"
                 parts.append(f'<tr style="background:{color}">' + "".join(
                     f'<td style="{_CELL}"><code>{esc(cell)}</code></td>' for cell in cells)
