@@ -230,7 +230,7 @@ def test_report_renders_text_and_html():
     text, html = str(report), report._repr_html_()
     assert "dp_communication_volume(1.5e+09, 8)" in text and "21000000000.0" in text
     assert "3/3 worked examples pass." in text
-    assert "<table>" in html and "pass" in html and "0x" not in text
+    assert "<table " in html and "pass" in html and "0x" not in text
     assert "Score: 115/115" in str(submit(*REFERENCE))
 
 
@@ -266,3 +266,90 @@ def test_expected_values_beyond_float_range_keep_their_sign():
     assert expected_value("dp_gpu0_memory_multiplier", (-10**400,)) == \
         dp_gpu0_memory_multiplier(-10**400)
     assert expected_value("dp_gpu0_memory_multiplier", (10**400,)) == float("inf")
+
+
+def test_a_function_that_forgets_n_at_most_1_fails_check():
+    """Issue 22: the n = 1 example already gave 0, so check passed it; n = 0 gives -P."""
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        return float(2 * (_n(num_gpus) - 1) * _p(model_size_bytes))
+
+    report = check(dp_communication_volume)
+    assert [r.passed for r in report.results] == [True, True, False]
+    assert report.failures[0].call == "dp_communication_volume(1.5e+09, 0)"
+    assert "n = 0 is at most 1, where nothing is communicated" in report.failures[0].reason
+
+
+def _ddp_one_phase(model_size_bytes, num_gpus):
+    n, size = _n(num_gpus), _p(model_size_bytes)
+    return 0.0 if n <= 1 else float((n - 1) / n * size)
+
+
+def _ddp_is_dp(model_size_bytes, num_gpus):
+    return dp_communication_volume(model_size_bytes, num_gpus)
+
+
+def _dp_is_ddp(model_size_bytes, num_gpus):
+    return ddp_communication_volume(model_size_bytes, num_gpus)
+
+
+def _ratio_by_division(model_size_bytes, num_gpus):
+    n, size = _n(num_gpus), _p(model_size_bytes)
+    if n <= 1 or size == 0:
+        return 1.0 if n <= 1 else float(n)
+    return dp_communication_volume(size, n) / ddp_communication_volume(size, n)
+
+
+def _ratio_inverted(model_size_bytes, num_gpus):
+    n = _n(num_gpus)
+    _p(model_size_bytes)
+    return 1.0 if n <= 1 else 1 / n
+
+
+def _dp_multiplier_one(num_gpus):
+    _n(num_gpus)
+    return 1.0
+
+
+@pytest.mark.parametrize("fn, name, says", [
+    (_ddp_one_phase, "ddp_communication_volume", "exactly half: you counted one phase only"),
+    (_ddp_is_dp, "ddp_communication_volume", "n times too much: that is DataParallel's"),
+    (_dp_is_ddp, "dp_communication_volume", "n times too little: that is DDP's"),
+    (_ratio_by_division, "communication_reduction_factor",
+     "your factor changes with the model size at n = 3"),
+    (_ratio_inverted, "communication_reduction_factor", "inverted: the factor is DP's volume"),
+    (_dp_multiplier_one, "dp_gpu0_memory_multiplier", "1 is DDP's multiplier"),
+], ids=lambda v: v.__name__ if callable(v) else None)
+def test_common_mistakes_are_named(fn, name, says):
+    fn.__name__ = name
+    report = submit(fn)
+    assert any(says in r.reason for r in report.failures), [r.reason for r in report.failures]
+
+
+def test_diagnose_works_on_plain_values():
+    """The diagnosis runs in the checker (the grader's side) on numbers, never on the child's
+    objects: the same words from the values alone."""
+    from dpcost.exercises.five_functions import diagnose
+
+    assert diagnose("ddp_communication_volume", (1.5e9, 8), 1.3125e9, 2.625e9).startswith(
+        "exactly half")
+    assert diagnose("dp_communication_volume", (1.5e9, 8), 10.5e9, 21e9).startswith(
+        "exactly half: you counted one direction only")
+    assert "n - 1" in diagnose("ddp_communication_volume", (1.5e9, 8), 3e9, 2.625e9)
+    assert diagnose("communication_reduction_factor", (0, 8), math.nan, 8.0).startswith("NaN")
+    assert diagnose("dp_communication_volume", (1.5e9, 8), 1.0, 21e9) == ""  # no pattern
+
+
+def test_a_failed_check_or_submit_points_to_the_hints_and_the_solution():
+    def ddp_communication_volume(model_size_bytes, num_gpus):
+        return _ddp_one_phase(model_size_bytes, num_gpus)
+
+    pointer = ('Stuck after trying? The hint button under the task reveals its hints one at a '
+               'time, then the worked solution; in code, `hint("ddp_communication_volume")` '
+               'prints the next hint and `solution("ddp_communication_volume")` the worked '
+               'solution.')
+    for report in (check(ddp_communication_volume), submit(ddp_communication_volume)):
+        assert report.footer == [pointer]
+        assert str(report).endswith(pointer)
+        assert report._repr_html_().endswith(
+            "<code>solution(&quot;ddp_communication_volume&quot;)</code> the worked solution.</p>")
+    assert check(REFERENCE[1]).footer == [] and submit(*REFERENCE).footer == []

@@ -6,6 +6,7 @@ import re
 import nbformat
 import pytest
 
+from dpcost.exercises import hints as hints_module
 from dpcost.exercises.five_functions import FUNCTION_NAMES
 from dpcost.exercises.hints import (
     HINTS,
@@ -13,13 +14,15 @@ from dpcost.exercises.hints import (
     hint_button,
     hint_region,
     hint_text,
-    hints_bundle,
     hints_markdown,
     regions,
+    solution,
+    static_bundle,
     sync_markdown,
     sync_notebook,
 )
 from dpcost.exercises.ring_step import PHASE_NAMES
+from dpcost.exercises.solutions import SOLUTIONS
 from dpcost.exercises.student import pairs
 
 EXERCISE_HINTS = {"ex1_five_functions": list(FUNCTION_NAMES), "ex2_ring_step": list(PHASE_NAMES),
@@ -62,20 +65,57 @@ def test_bad_name_and_type():
         hint_text("dp_communication_volume", 1.0)
 
 
-def test_button_reveals_one_at_a_time():
+def test_hint_without_k_gives_the_next_then_points_to_the_solution(capsys, monkeypatch):
+    """One form for every exercise: hint(name) for the next hint, hint(name, k) for hint k."""
+    monkeypatch.setattr(hints_module, "_next_hint", {})
+    for k in range(1, 5):
+        hint("train_ddp")
+        out = capsys.readouterr().out
+        assert out.startswith(f"Hint {k}/4 for train_ddp: {HINTS['train_ddp'][k - 1]}")
+    assert "the worked solution: solution('train_ddp')" in out  # said with the last hint
+    hint("train_ddp")
+    assert capsys.readouterr().out == ("No more hints for train_ddp (all 4 shown). The worked "
+                                       "solution: solution('train_ddp').\n")
+    with pytest.raises(ValueError, match="name must be one of"):
+        hint("train")
+
+
+def test_solutions_are_the_masters_solution_cells(capsys):
+    found = {}
+    for master, _ in pairs():
+        for cell in nbformat.read(master, as_version=4).cells:
+            if cell.metadata.get("nbgrader", {}).get("solution"):
+                code = "\n".join(line for line in cell.source.split("\n") if line.strip()
+                                 not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+                found[re.findall(r"^def (\w+)", code, re.M)[-1]] = code
+    assert found == SOLUTIONS
+    assert set(SOLUTIONS) == set(HINTS)
+    solution("reduce_scatter_sends")
+    assert capsys.readouterr().out == ("The worked solution of reduce_scatter_sends:\n\n"
+                                       + SOLUTIONS["reduce_scatter_sends"] + "\n")
+
+
+def test_button_reveals_one_hint_at_a_time_then_the_solution():
     box = hint_button("communication_reduction_factor")
     button, shown = box.children
     hints = HINTS["communication_reduction_factor"]
     assert shown.value == "" and button.description == f"Show hint 1 of {len(hints)}"
     box.reveal()
     assert shown.value.count("<li>") == 1 and "Show hint 2" in button.description
+    for _ in range(len(hints) - 1):
+        button.click()
+    assert shown.value.count("<li>") == len(hints) and "<pre>" not in shown.value
+    assert button.description == "Show the worked solution" and not button.disabled
     for _ in range(10):
         button.click()
-    assert shown.value.count("<li>") == len(hints)
-    assert button.disabled and box.revealed == len(hints)
+    assert button.disabled and box.revealed == len(hints) and box.solution_shown
+    assert shown.value.count("<li>") == len(hints)  # each hint once
+    assert "return float(n)" in shown.value and "<pre>" in shown.value
 
 
-def test_displayed_button_leaves_the_widget_and_its_hints_as_static_html():
+def test_displayed_button_is_one_short_line_and_a_static_pointer():
+    """Issue 22: the text form was the raw ``HintButton(children=(...`` repr, and after a click
+    every hint showed twice (in the box and in the static folds beside it)."""
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
@@ -85,15 +125,13 @@ def test_displayed_button_leaves_the_widget_and_its_hints_as_static_html():
                        'hint_button("all_gather_sends")')
     widget, static = captured.outputs
     assert WIDGET in widget.data
-    assert static.data == hints_bundle("all_gather_sends")
-    html = static.data["text/html"]
-    assert html.count("<details>") == len(HINTS["all_gather_sends"])
-    for k, text in enumerate(HINTS["all_gather_sends"], start=1):
-        assert f"<summary>Hint {k} of 4</summary>" in html
-        assert f"Hint {k}/4: {text}" in static.data["text/plain"]
-    # `code` spans become <code>, and the text is escaped
-    assert "<code>replicate</code>" in hints_bundle("dp_communication_volume")["text/html"]
-    assert "n &lt;= 1" in hints_bundle("dp_communication_volume")["text/html"]
+    assert widget.data["text/plain"] == ("Hint button: 4 hints for all_gather_sends, then its "
+                                         "worked solution")
+    assert static.data == static_bundle("all_gather_sends")
+    for text in HINTS["all_gather_sends"]:  # the hints themselves show only in the box
+        assert text not in static.data["text/plain"]
+        assert text not in static.data["text/html"]
+    assert '"Hints without widgets" at the end of this notebook' in static.data["text/plain"]
 
 
 def _exercise(path):
@@ -119,16 +157,18 @@ def test_notebook_markdown_holds_every_hint_generated_from_hints(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_hint_button_cells_saved_their_static_hints(path):
-    """Committed executed: each button cell's saved outputs are the widget and its hints."""
-    cells = [c for c in nbformat.read(path, as_version=4).cells
-             if c.cell_type == "code" and "hint_button(" in c.source]
+def test_hint_button_cells_saved_their_static_line(path):
+    """Committed executed: each button cell's saved outputs are the widget (its text form one
+    short line) and the static line, and the notebook has the section that line points to."""
+    notebook = nbformat.read(path, as_version=4)
+    cells = [c for c in notebook.cells if c.cell_type == "code" and "hint_button(" in c.source]
     assert cells
+    assert any(c.source.startswith("## Hints without widgets") for c in notebook.cells)
     for cell in cells:
-        match = re.search(r'hint_button\("(\w+)"\)', cell.source)
-        name = match.group(1) if match else "train_ddp"  # ex3's hint_button() takes no name
+        name = re.search(r'hint_button\("(\w+)"\)', cell.source).group(1)
         assert [WIDGET in o.get("data", {}) for o in cell.outputs] == [True, False], cell.id
-        assert cell.outputs[1].data == hints_bundle(name), f"{path.name} {cell.id}: re-execute"
+        assert cell.outputs[0].data["text/plain"].startswith(f"Hint button: 4 hints for {name}")
+        assert cell.outputs[1].data == static_bundle(name), f"{path.name} {cell.id}: re-execute"
 
 
 def test_sync_rewrites_a_stale_region_and_leaves_the_rest():

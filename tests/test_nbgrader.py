@@ -327,3 +327,33 @@ def test_autograde_scores_the_wrong_migration_by_its_tests(course_with_ranks):
     path, scores = course_with_ranks
     assert scores["ex3", "wrong"] == {"submit-hidden": (1.5, 2.0)}
     assert "train_ddp: 12/16" in _autograded_output(path, "ex3", "wrong", "submit-hidden")
+
+
+# ---- nbgrader's Validate button (the lab extension `make lab` installs) ----------------------
+
+def test_validate_fails_the_stubs_by_the_grade_cells_credit():
+    """Issue 22: Validate said "Success!" for the untouched stubs, whose grade cells were empty.
+    They now call the grader; Validate reads their credit with nbgrader's own determine_grade:
+    0 in every committed student version, full marks in every master."""
+    from nbgrader.utils import determine_grade, is_grade
+
+    for master_path, student_path in PAIRS:
+        for path, full in ((student_path, False), (master_path, True)):
+            cells = [c for c in nbformat.read(path, as_version=4).cells
+                     if is_grade(c) and c.cell_type == "code"]
+            assert len(cells) == len([c for c in nbformat.read(master_path, as_version=4).cells
+                                      if _grader(c).get("grade")])
+            for cell in cells:
+                score, points = determine_grade(cell)
+                assert score == (points if full else 0), (path.name, cell.id, score)
+
+
+def test_nbgrader_validate_fails_the_released_stubs(tmp_path):
+    """`nbgrader validate` (what the Validate button runs) on ex2 as released: it said
+    "Success! Your notebook passes all the tests." before. (That a correct notebook gets full
+    marks from the same cells: the autograde tests above, and the masters' credit.)"""
+    master = nbformat.read(MASTER_PATHS["ex2_ring_step"], as_version=4)
+    nbformat.write(make_student(master), tmp_path / "ex2_ring_step.ipynb")
+    said = _nbgrader(tmp_path, "validate", "ex2_ring_step.ipynb").stdout
+    assert "Success!" not in said and "VALIDATION FAILED ON 3 CELL(S)" in said, said
+    assert said.count("Partial credit; passed some but not all of the tests") == 3, said

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpcost.exercises.report import Report, TestResult
+from dpcost.exercises.report import Report, TestResult, solution_pointer
 from dpcost.exercises.sandbox import (
     DEFAULT_TIMEOUT,
     NO_RESULT,
@@ -120,8 +120,9 @@ def _returns(name: str, args: tuple) -> Case:
     return Case(args, Returns(expected_value(name, args), 1e-12 if volume else 0.0))
 
 
-def _judge(expect: Returns | Raises, outcome: Outcome) -> str:
-    """'' when the outcome meets the expectation, else the reason it does not."""
+def _judge(expect: Returns | Raises, outcome: Outcome, name: str = "", args: tuple = ()) -> str:
+    """'' when the outcome meets the expectation, else the reason it does not (with the common
+    mistake it shows, see :func:`diagnose`)."""
     if outcome.status in NO_RESULT:
         return outcome.detail
     if outcome.status == "raised" and outcome.error_type == "NotImplementedError":
@@ -145,7 +146,72 @@ def _judge(expect: Returns | Raises, outcome: Outcome) -> str:
     got, want = outcome.value, expect.value
     if got == want or (expect.rel_tol and math.isclose(got, want, rel_tol=expect.rel_tol)):
         return ""
-    return f"wrong value: {got!r} != {want!r}"
+    diagnosis = diagnose(name, args, got, want)
+    return f"wrong value: {got!r} != {want!r}" + (f" - {diagnosis}" if diagnosis else "")
+
+
+def _near(a: float, b: float) -> bool:
+    return math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=1e-9)
+
+
+def diagnose(name: str, args: tuple, got: float, want: float) -> str:
+    """The common mistake that a wrong ``got`` (for ``name(*args)``, expected ``want``) shows, in
+    words; '' when it matches none. Plain values only: it runs in the checker, never the child.
+
+    Recognised: n <= 1 not special-cased, the DP and DDP formulas swapped (off by a factor n),
+    one phase or one direction counted (exactly half), n in place of n - 1, the ratio inverted
+    or computed as a quotient (0 / 0 at P = 0), and the two multipliers swapped.
+    """
+    n = int(args[-1])
+    if name in ("dp_communication_volume", "ddp_communication_volume",
+                "communication_reduction_factor") and n <= 1:
+        return (f"n = {n} is at most 1, where nothing is communicated: the contract returns "
+                f"{want!r} before any formula (check n <= 1 first)")
+    if math.isnan(got):
+        return ("NaN: a 0 / 0? At model size 0 both volumes are 0; P cancels in the ratio, so "
+                "return n without dividing" if name == "communication_reduction_factor"
+                else "NaN: an operation without a defined result (0 / 0, inf - inf)")
+    if math.isinf(got) and math.isfinite(want):
+        return ("overflow to inf: an intermediate product exceeded the float range (divide "
+                "before you multiply)")
+    if name == "dp_communication_volume":
+        if _near(got, want / 2):
+            return ("exactly half: you counted one direction only. GPU0 sends the parameters "
+                    "to the n - 1 others in forward AND receives their gradients in backward")
+        if _near(got * n, want):
+            return ("n times too little: that is DDP's per-rank volume 2(n-1)/n P. Under "
+                    "DataParallel GPU0 sends the whole P to each of the n - 1 other GPUs")
+        if _near(got * (n - 1), want * n):
+            return "you used n where the formula has n - 1: GPU0 does not send to itself"
+    if name == "ddp_communication_volume":
+        if _near(got, want / 2):
+            return ("exactly half: you counted one phase only. The ring's reduce-scatter AND its "
+                    "all-gather each send n - 1 chunks of P / n per rank")
+        if _near(got, want * n):
+            return ("n times too much: that is DataParallel's 2(n-1)P through GPU0. A DDP rank "
+                    "sends one chunk of P / n per step, so divide by n")
+        if _near(got * (n - 1), want * n):
+            return "you used n where the formula has n - 1: a ring phase has n - 1 steps"
+    if name == "communication_reduction_factor":
+        if _near(got * want, 1.0):
+            return "inverted: the factor is DP's volume over DDP's (n), not DDP's over DP's"
+        if _near(got, want - 1):
+            return "off by one: the factor is n, not n - 1 (P and the 2(n - 1) both cancel)"
+        if _near(got, want):
+            return ("a rounding away from n: dividing the two float volumes rounds; P cancels, "
+                    "so return n itself")
+    if name == "dp_gpu0_memory_multiplier" and got == 1.0 and n != 1:
+        return "1 is DDP's multiplier; under DataParallel GPU0 holds all n replicas' outputs"
+    if name == "ddp_gpu0_memory_multiplier" and got == float(n) and n != 1:
+        return ("n is DataParallel's multiplier; under DDP every rank holds the same, so rank "
+                "0's multiplier is 1")
+    if want and _near(got, want * n):
+        return "n times too large: a factor n too many"
+    if want and _near(got * n, want):
+        return "n times too small: a factor n missing"
+    if want and _near(got, 2 * want):
+        return "exactly twice the answer: something counted twice"
+    return ""
 
 
 def _expected_text(expect: Returns | Raises) -> str:
@@ -157,7 +223,9 @@ def _expected_text(expect: Returns | Raises) -> str:
 def worked_examples(name: str) -> list[Case]:
     """The worked examples ``check`` shows for ``name`` (also the first tests of ``submit``)."""
     if name in _TAKES_SIZE:
-        args = [(1.5e9, 8), (4_000_000, 4), (1.5e9, 1)]
+        # n = 0, not 1: at n = 1 the formulas already give the contract's answer (2(n - 1)P = 0,
+        # n = 1.0), so only n = 0 shows a function that forgets the n <= 1 rule.
+        args = [(1.5e9, 8), (4_000_000, 4), (1.5e9, 0)]
         if name == "communication_reduction_factor":
             args.append((0, 8))
     else:
@@ -175,7 +243,7 @@ def battery(name: str) -> list[Test]:
     def call(*size_and_n):  # argument tuple for this function: (P, n) or (n,)
         return size_and_n if sized else size_and_n[-1:]
 
-    few = [1, 0, -1, -8]
+    few = [1, -1, -8, -64] if sized else [1, 0, -1, -8]  # n = 0 is a worked example if sized
     tests += [Test("num_gpus <= 1", [_returns(name, call(1.5e9, n))]) for n in few]
     if sized:
         tests += [Test("model size 0", [_returns(name, (0, 8)), _returns(name, (0.0, 3))]),
@@ -238,13 +306,32 @@ def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=No
         judged = [(case, next(outcomes)) for case in test.cases]
         case, outcome, reason = judged[0][0], judged[0][1], ""
         for case, outcome in judged:
-            reason = _judge(case.expect, outcome)
+            reason = _judge(case.expect, outcome, name, case.args)
             if reason:
                 break
+        if reason:
+            reason += _size_dependence(name, judged)
         results.append(TestResult(name, test.category, _call_text(name, case.args),
                                   _expected_text(case.expect), outcome.describe(), not reason,
                                   reason, outcome.stdout))
     return results
+
+
+def _size_dependence(name: str, judged: list[tuple[Case, Outcome]]) -> str:
+    """A note when the ratio returned different values for one n at different model sizes."""
+    if name != "communication_reduction_factor":
+        return ""
+    by_n: dict[int, set] = {}
+    for case, outcome in judged:
+        if outcome.status == "returned" and type(outcome.value) is float:
+            by_n.setdefault(int(case.args[1]), set()).add(
+                "nan" if math.isnan(outcome.value) else outcome.value)
+    varying = sorted(n for n, values in by_n.items() if len(values) > 1)
+    if not varying:
+        return ""
+    return (f" (and your factor changes with the model size at n = {varying[0]}: P cancels in "
+            "DP / DDP, so the factor must be the same for every size)")
+
 
 
 def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
@@ -253,6 +340,8 @@ def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> R
     tests = [Test("worked example", [case]) for case in worked_examples(name)]
     report = Report(f"check({name}): worked examples", "check")
     report.results = _run_tests(fn, name, tests, timeout)
+    if report.failures:
+        report.footer.append(solution_pointer(name))
     return report
 
 
@@ -272,7 +361,11 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int = 2) -> Rep
             if fn is not None and is_package_function(fn):
                 raise ValueError(f"{name} here is the dpcost package's own function (imported "
                                  "from dpcost?); define your own in the notebook instead")
-    return battery_report(named, timeout, max_timeouts)
+    report = battery_report(named, timeout, max_timeouts)
+    failing = list(dict.fromkeys(r.function for r in report.failures))
+    if failing:
+        report.footer.append(solution_pointer(failing[0]))
+    return report
 
 
 def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIMEOUT,

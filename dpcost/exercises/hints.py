@@ -1,10 +1,11 @@
 """Hints for the exercises, revealed one at a time, each giving away a little more.
 
 ``HINTS`` is the one source: ``hint(name, k)`` prints hint k (1-based) of exercise ``name``
-(terminals, printed notes); ``hint_button(name)`` is an ipywidgets button that reveals the next
-hint at each click, and also leaves the hints as folded ``<details>`` in the cell's output, so a
-reader without a kernel (the site, a notebook viewer, a printout) sees them too. The exercise
-notebooks' markdown carries them as well, between ``<!-- BEGIN HINTS name ... -->`` and
+(terminals, printed notes), ``hint(name)`` the next one; ``hint_button(name)`` is an ipywidgets
+button that reveals the next hint at each click and, after the last, the worked solution
+(:mod:`dpcost.exercises.solutions`); beside it, a static line tells a reader without a kernel
+(the site, a notebook viewer, a printout) where the hints are. The exercise notebooks' markdown
+carries them, between ``<!-- BEGIN HINTS name ... -->`` and
 ``<!-- END HINTS -->``, written from ``HINTS`` by ``python -m dpcost.exercises.hints`` (which
 ``python -m dpcost.exercises.student`` runs first), so the copies cannot drift apart.
 The last hint of each exercise comes close to the answer but is never the code.
@@ -18,6 +19,7 @@ import re
 import sys
 
 from dpcost.exercises import MASTER_DIR, ROOT, STUDENT_DIR
+from dpcost.exercises.solutions import solution  # noqa: F401 - the notebooks import it from here
 
 HINTS: dict[str, list[str]] = {
     "dp_communication_volume": [
@@ -118,25 +120,49 @@ def hint_text(name: str, k: int) -> str:
     return HINTS[name][k - 1]
 
 
-def hint(name: str, k: int) -> None:
-    """Print hint ``k`` of ``count`` for exercise ``name``."""
-    print(f"Hint {k}/{len(HINTS.get(name, ()))} for {name}: {hint_text(name, k)}")
+_next_hint: dict[str, int] = {}  # hint(name) without k: the next hint number per exercise
+
+
+def hint(name: str, k: int | None = None) -> None:
+    """Print hint ``k`` of exercise ``name``; without ``k``, the next one (1, 2, ... per name).
+
+    After the last hint, ``hint(name)`` says how to see the worked solution.
+    """
+    count = len(HINTS[name]) if name in HINTS else 0
+    if k is None:
+        hint_text(name, 1)  # validates name
+        k = _next_hint.get(name, 1)
+        if k > count:
+            print(f"No more hints for {name} (all {count} shown). The worked solution: "
+                  f"solution({name!r}).")
+            return
+    text = hint_text(name, k)
+    _next_hint[name] = max(_next_hint.get(name, 1), k + 1)
+    after = (f" (That was the last hint; the worked solution: solution({name!r}).)"
+             if k == count else "")
+    print(f"Hint {k}/{count} for {name}: {text}{after}")
 
 
 def hint_button(name: str):
-    """An ipywidgets box: a button that reveals the next hint of ``name`` at each click.
+    """An ipywidgets box: each click reveals the next hint of ``name``, then the worked solution.
 
-    Displayed in a notebook it leaves two outputs: the button (which needs a kernel) and the
-    same hints as folded ``<details>`` (which do not), see ``hints_bundle``.
+    Displayed in a notebook it leaves two outputs: the button (which needs a kernel; its text
+    form is one short line) and a static line for readers without a kernel, see
+    ``static_bundle``. The hints show once: in the box, as they are revealed.
     """
     import ipywidgets as widgets
 
+    from dpcost.exercises.solutions import solution_text
+
     class HintButton(widgets.VBox):
+        def __repr__(self):
+            return f"Hint button: {count} hints for {name}, then its worked solution"
+
         def _ipython_display_(self):
             from IPython.display import display
 
             display(self._repr_mimebundle_(), raw=True)
-            display(hints_bundle(name), raw=True)
+            display(static_bundle(name), raw=True)
 
     hint_text(name, 1)  # validates name
     count = len(HINTS[name])
@@ -144,15 +170,23 @@ def hint_button(name: str):
     shown = widgets.HTML(value="")
     box = HintButton([button, shown])
     box.revealed = 0  # how many hints are showing; tests and notebooks read it
+    box.solution_shown = False
 
     def reveal(_=None):
-        if box.revealed >= count:
+        if box.revealed < count:
+            box.revealed += 1
+        elif not box.solution_shown:
+            box.solution_shown = True
+        else:
             return
-        box.revealed += 1
         items = "".join(f"<li>{_html(text)}</li>" for text in HINTS[name][: box.revealed])
-        shown.value = f"<ol>{items}</ol>"
-        if box.revealed == count:
-            button.description, button.disabled = "No more hints", True
+        worked = (f"<p><b>The worked solution</b> (compare it with yours):</p>"
+                  f"<pre>{html.escape(solution_text(name))}</pre>" if box.solution_shown else "")
+        shown.value = f"<ol>{items}</ol>{worked}"
+        if box.solution_shown:
+            button.description, button.disabled = "All hints and the solution shown", True
+        elif box.revealed == count:
+            button.description = "Show the worked solution"
         else:
             button.description = f"Show hint {box.revealed + 1} of {count}"
 
@@ -166,17 +200,18 @@ def _html(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
 
 
-def hints_bundle(name: str) -> dict[str, str]:
-    """The static output of a hint button: its hints folded, as HTML, and as plain text."""
+HINTS_SECTION = "Hints without widgets"
+
+
+def static_bundle(name: str) -> dict[str, str]:
+    """The static output beside a hint button: one line for a reader without a kernel (the
+    site, a notebook viewer, a printout), pointing to the hints in the notebook's markdown."""
     hint_text(name, 1)  # validates name
     count = len(HINTS[name])
-    folds = "\n".join(f"<details><summary>Hint {k} of {count}</summary>\n<p>{_html(text)}</p>\n"
-                      f"</details>" for k, text in enumerate(HINTS[name], start=1))
-    intro = (f"The hints for <code>{name}</code>, one per fold (the button above reveals them "
-             f"one at a time; without a kernel, unfold them here):")
-    plain = "\n".join(f"Hint {k}/{count}: {text}" for k, text in enumerate(HINTS[name], start=1))
-    return {"text/html": f'<div class="dpcost-hints">\n<p>{intro}</p>\n{folds}\n</div>',
-            "text/plain": f"Hints for {name}:\n{plain}"}
+    line = (f"{count} hints for {name}, then its worked solution: click the button above (it "
+            f"needs a running kernel). Without one, the hints are folded under "
+            f"\"{HINTS_SECTION}\" at the end of this notebook.")
+    return {"text/html": f'<p class="dpcost-hints">{_html(line)}</p>', "text/plain": line}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,6 +235,8 @@ def hints_markdown(names: list[str]) -> str:
         parts.append(f"**`{name}`**\n")
         for k, text in enumerate(HINTS[name], start=1):
             parts.append(f"<details><summary>Hint {k} of {count}</summary>\n\n{text}\n</details>\n")
+        parts.append(f"After the last hint: the worked solution, `solution(\"{name}\")` in a code "
+                     "cell (or the hint button's last click).\n")
     return "\n".join(parts)
 
 

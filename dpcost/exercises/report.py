@@ -8,6 +8,7 @@ display a report pass strict nbval.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 
@@ -35,6 +36,7 @@ class Report:
     kind: str  # "check" or "submit"
     results: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines shown above the table
+    footer: list[str] = field(default_factory=list)  # lines shown below it (`code` spans)
 
     @property
     def passed(self) -> int:
@@ -104,6 +106,7 @@ class Report:
         if printed:
             lines.append(f"Note: your code printed during {len(printed)} test(s) (captured, not "
                          f"shown); first: {printed[0].printed.strip()[:80]!r}")
+        lines += self.footer
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -111,34 +114,73 @@ class Report:
 
     # HTML (Jupyter).
     def _repr_html_(self) -> str:
+        """The report as HTML that fits a narrow output area (JupyterLab's is about 850-970 px).
+
+        One row per test (or per group of failures) and the reason on a row of its own under
+        it, across the whole table; long calls and values wrap. No function column: a report
+        on several functions heads each function's rows with its name and count instead.
+        """
         esc = html.escape
         parts = [f"<p><b>{esc(self.title)}</b></p>"]
         parts += [f"<p>{esc(note)}</p>" for note in self.notes]
+        counts = self.by_function()
         if self.kind == "submit":
-            parts.append(f"<p><b>{esc(self.score_line())}</b> - " + ", ".join(
-                f"{esc(fn)}: {p}/{t}" for fn, (p, t) in self.by_function().items()) + "</p>")
-            shown = self.grouped_failures()
-            if not shown:
-                return "".join(parts)
-            header = ("function", "test", "call", "expected", "got", "why it failed")
-            rows = [(r.function, r.category, r.call, r.expected, r.got, r.reason + (
-                f" (and {more} more tests fail for the same reason)" if more else ""))
-                for r, more in shown]
+            parts.append(f"<p><b>{esc(self.score_line())}</b>" + (" - " + ", ".join(
+                f"{esc(fn)}: {p}/{t}" for fn, (p, t) in counts.items())
+                if len(counts) > 1 else "") + "</p>")
+            rows = [(r, r.reason + (f" (and {more} more tests of {r.function} fail for the same "
+                                    "reason)" if more else ""))
+                    for r, more in self.grouped_failures()]
+            header, widths = ("test", "call", "expected", "got"), (20, 36, 22, 22)
         else:
-            header = ("call", "expected", "got", "result")
-            rows = [(r.call, r.expected, r.got, "pass" if r.passed else f"FAIL: {r.reason}")
-                    for r in self.results]
-        parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
-        for row in rows:
-            ok = row[-1] == "pass"
-            color = "#e6f4ea" if ok else "#fce8e6"
-            parts.append(f'<tr style="background:{color}">' + "".join(
-                f'<td style="text-align:left"><code>{esc(cell)}</code></td>' for cell in row)
-                + "</tr>")
-        parts.append("</table>")
+            rows = [(r, r.reason) for r in self.results]
+            header, widths = ("call", "expected", "got", "result"), (40, 25, 25, 10)
+        if rows:
+            parts.append(_TABLE + "".join(f'<col style="width:{w}%">' for w in widths)
+                         + "<tr>" + "".join(f'<th style="{_CELL}">{esc(h)}</th>' for h in header)
+                         + "</tr>")
+            function = None
+            for result, reason in rows:
+                if len(counts) > 1 and result.function != function:
+                    function = result.function
+                    parts.append(f'<tr><th colspan="{len(header)}" style="{_CELL}">'
+                                 f"{esc(function)}</th></tr>")
+                if self.kind == "submit":
+                    cells = (result.category, result.call, result.expected, result.got)
+                else:
+                    cells = (result.call, result.expected, result.got,
+                             "pass" if result.passed else "FAIL")
+                color = "#e6f4ea" if result.passed else "#fce8e6"
+                parts.append(f'<tr style="background:{color}">' + "".join(
+                    f'<td style="{_CELL}"><code>{esc(cell)}</code></td>' for cell in cells)
+                    + "</tr>")
+                if not result.passed and reason:
+                    parts.append(f'<tr style="background:{color}"><td colspan="{len(header)}" '
+                                 f'style="{_CELL}padding-left:2em">why: {esc(reason)}</td></tr>')
+            parts.append("</table>")
         if self.kind == "check":
             parts.append(f"<p>{self.passed}/{self.total} worked examples pass.</p>")
+        parts += [f"<p>{_code_spans(esc(line))}</p>" for line in self.footer]
         return "".join(parts)
+
+
+# A table as wide as the output area at most: fixed layout, every cell wraps (long calls too).
+_TABLE = ('<table style="width:100%;max-width:100%;table-layout:fixed;border-collapse:collapse;'
+          'margin-left:0">')
+_CELL = ("text-align:left;vertical-align:top;white-space:normal;overflow-wrap:anywhere;"
+         "word-break:break-word;padding:0.3em 0.5em;")
+
+
+def solution_pointer(name: str) -> str:
+    """The line under a failed ``check`` or ``submit``: where the hints and the worked solution
+    of exercise ``name`` are."""
+    return (f"Stuck after trying? The hint button under the task reveals its hints one at a time, "
+            f"then the worked solution; in code, `hint(\"{name}\")` prints the next hint and "
+            f"`solution(\"{name}\")` the worked solution.")
+
+
+def _code_spans(text: str) -> str:
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
 
 def _clip(text: str, width: int) -> str:

@@ -1,29 +1,34 @@
 """Exercise 2: the student writes one step of the ring's schedule; the simulator runs it.
 
 The student writes ``reduce_scatter_sends(num_ranks, step)`` and/or
-``all_gather_sends(num_ranks, step)``: the list of ``(src_rank, dst_rank, chunk)`` sends of one
-step. ``check(fn)`` compares a few steps with the ring schedule of the course (a table);
-``submit(...)`` passes the student's functions to :func:`dpcost.ring.simulate_ring_allreduce`,
-which moves real numpy data and counts the bytes, for n = 2..8 ranks, and verifies
+``all_gather_sends(num_ranks, step)``: the ``(src_rank, dst_rank, chunk)`` sends of one step, as
+a list of tuples (lists of 3 ints are accepted too). ``check(fn)`` compares a few steps with the
+course's ring, in either direction (a table); ``submit(...)`` grades the schedule's *effect*:
+the sandbox's child only calls the student's functions for every step and sends back the sends
+(plain data); here, :func:`dpcost.ring.simulate_ring_allreduce` moves real numpy data along
+them for n = 2..8 ranks, and the checker verifies
 
-- the result: every rank ends with the elementwise sum of all inputs (computed here), and
-- the bytes: every rank sends and receives 2 (n - 1) / n * S bytes (S = one array's bytes),
-  one chunk per step - the ring's point.
+- the result: every rank ends with the elementwise sum of all inputs (computed here),
+- the bytes: every rank sends and receives 2 (n - 1) / n * S bytes (S = one array's bytes), and
+- the ring's point: in every step each rank sends one chunk and receives one.
 
-Any schedule that does both passes ``submit``, not only the course's. When only one phase is
-given, the other phase uses the package's reference schedule (said in the report). Every run
-happens in a forked child with a time limit (:mod:`dpcost.exercises.sandbox`).
+The promise, precisely: any pair of schedules that does these three passes ``submit`` - the
+ring in either direction, or with the chunks numbered otherwise. A phase given alone runs with a
+ring for the other phase that fits it: after a reduce-scatter given alone, a ring all-gather that
+starts from the chunk each rank holds summed; before an all-gather given alone, a ring
+reduce-scatter that leaves summed on each rank the chunk that the all-gather sends from it first
+(for the course's schedules, these are the course's). Every call of the student's code happens
+in a forked child with a time limit (:mod:`dpcost.exercises.sandbox`).
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
-from dpcost import ring  # here, not in the child: the grader's children cannot import dpcost
-from dpcost.exercises.report import Report, TestResult
+from dpcost import ring  # in the checker only: the student's code never needs it
+from dpcost.exercises.report import Report, TestResult, solution_pointer
 from dpcost.exercises.sandbox import (
     DEFAULT_TIMEOUT,
     NO_RESULT,
@@ -33,12 +38,14 @@ from dpcost.exercises.sandbox import (
     student_function_name,
 )
 
+Send = tuple[int, int, int]
+
 PHASE_NAMES = ("reduce_scatter_sends", "all_gather_sends")
 EVEN_LENGTH = 840  # divisible by 1..8, so every chunk has 840 / n elements
 UNEVEN_CASES = [(3, 10), (5, 7), (8, 5)]  # (ranks, length): chunks differ by one element
 
 
-def course_schedule(phase: str, num_ranks: int, step: int) -> list[tuple[int, int, int]]:
+def course_schedule(phase: str, num_ranks: int, step: int) -> list[Send]:
     """The course's ring schedule, written out here for ``check`` (sorted by sender).
 
     reduce-scatter, step s: rank r sends chunk (r - s) mod n to rank (r + 1) mod n (added);
@@ -52,6 +59,20 @@ def course_schedule(phase: str, num_ranks: int, step: int) -> list[tuple[int, in
     raise ValueError(f"phase must be one of {', '.join(PHASE_NAMES)}; got {phase!r}")
 
 
+def mirrored_schedule(phase: str, num_ranks: int, step: int) -> list[Send]:
+    """The same ring the other way round (rank r sends to rank (r - 1) mod n), sorted by sender.
+
+    reduce-scatter, step s: rank r sends chunk (r + s) mod n (afterwards rank r holds chunk
+    (r - 1) mod n summed); all-gather, step s: rank r sends chunk (r - 1 + s) mod n.
+    """
+    n, s = num_ranks, step
+    if phase == "reduce_scatter_sends":
+        return [(r, (r - 1) % n, (r + s) % n) for r in range(n)]
+    if phase == "all_gather_sends":
+        return [(r, (r - 1) % n, (r - 1 + s) % n) for r in range(n)]
+    raise ValueError(f"phase must be one of {', '.join(PHASE_NAMES)}; got {phase!r}")
+
+
 CHECK_STEPS = [(2, 0), (3, 0), (3, 1), (4, 0), (4, 2)]  # (num_ranks, step) shown by check
 
 
@@ -59,91 +80,135 @@ def _phase_name(fn) -> str:
     return student_function_name(fn, PHASE_NAMES, "check(reduce_scatter_sends)", "schedule")
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _as_sends(value):
-    """The sends sorted, or None when ``value`` is not a list of 3-tuples of ints."""
-    if not isinstance(value, list):
+    """The sends sorted, as tuples of ints, or None unless ``value`` is a list (or tuple) of
+    sends, each a tuple (or list) of 3 ints."""
+    if not isinstance(value, (list, tuple)):
         return None
     for send in value:
-        if not (isinstance(send, tuple) and len(send) == 3 and all(
-                isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-                for v in send)):
+        if not (isinstance(send, (tuple, list)) and len(send) == 3 and all(
+                _is_int(v) for v in send)):
             return None
     return sorted(tuple(int(v) for v in send) for send in value)
 
 
-def _judge_sends(expected, outcome: Outcome) -> str:
+SENDS_SHAPE = "a list of (src, dst, chunk) sends, each a tuple (or list) of 3 ints"
+
+
+def _judge_sends(name: str, num_ranks: int, step: int, outcome: Outcome) -> tuple[str, str]:
+    """(reason, note) for one step against the course's ring: '' when it is the course's ring
+    or its mirror image (the note then says which)."""
     if outcome.status in NO_RESULT:
-        return outcome.detail
+        return outcome.detail, ""
     if outcome.status == "raised":
         if outcome.error_type == "NotImplementedError":
-            return "not written yet (it still raises NotImplementedError)"
-        return f"raised {outcome.describe()}"
+            return "not written yet (it still raises NotImplementedError)", ""
+        return f"raised {outcome.describe()}", ""
     sends = _as_sends(outcome.value)
     if sends is None:
-        return "must return a list of (src, dst, chunk) tuples of ints"
-    if sends != expected:
-        missing = sorted(set(expected) - set(sends))
-        extra = sorted(set(sends) - set(expected))
-        return f"missing sends {missing}, unexpected sends {extra}"
-    return ""
+        return f"must return {SENDS_SHAPE}", ""
+    expected = course_schedule(name, num_ranks, step)
+    if sends == expected:
+        return "", ""
+    if sends == mirrored_schedule(name, num_ranks, step):
+        return "", "the ring the other way round (to rank r - 1): also right"
+    missing = sorted(set(expected) - set(sends))
+    extra = sorted(set(sends) - set(expected))
+    return f"missing sends {missing}, unexpected sends {extra}", ""
 
 
 def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
-    """Compare a few steps of your schedule ``fn`` with the course's ring; return a table."""
+    """Compare a few steps of your schedule ``fn`` with the course's ring; return a table.
+
+    The ring in the other direction (rank r sends to rank r - 1) passes too; ``submit`` grades
+    any schedule by what it does.
+    """
     name = _phase_name(fn)
     outcomes = run_many([(fn, (n, s), {}) for n, s in CHECK_STEPS], timeout)
     report = Report(f"check({name}): sends of a few steps, as (src, dst, chunk)", "check")
     for (n, s), outcome in zip(CHECK_STEPS, outcomes, strict=True):
-        expected = course_schedule(name, n, s)
-        reason = _judge_sends(expected, outcome)
+        reason, note = _judge_sends(name, n, s, outcome)
+        got = outcome.describe() + (f" - {note}" if note else "")
         report.results.append(TestResult(name, "worked example", f"{name}({n}, {s})",
-                                         str(expected), outcome.describe(), not reason, reason,
-                                         outcome.stdout))
+                                         str(course_schedule(name, n, s)), got, not reason,
+                                         reason, outcome.stdout))
+    if report.failures:
+        report.footer.append(solution_pointer(name))
     return report
 
 
-def _simulate_plain(inputs, reduce_scatter_sends, all_gather_sends) -> tuple:
-    """Run the simulator on the student's schedules and return its trace as plain data.
 
-    Runs in the sandbox's child (the kernel receives only these tuples of ints and strings):
-    (outputs per rank, bytes sent per rank, bytes received per rank, (phase, step, src, dst)
-    per transfer).
+def _collect_sends(schedules, num_ranks: int) -> tuple:
+    """Runs in the sandbox's child: what each schedule returns for every step, as it is.
+
+    Only these values come back (plain data, or the test fails); the checker validates them and
+    runs the simulator itself.
     """
-    trace = ring.simulate_ring_allreduce(inputs, reduce_scatter_sends, all_gather_sends)
-    return (tuple(tuple(out.tolist()) for out in trace.outputs), tuple(trace.sent_bytes),
-            tuple(trace.received_bytes),
-            tuple((t.phase, t.step, t.src, t.dst) for t in trace.transfers))
+    return tuple(tuple(schedule(num_ranks, step) for step in range(num_ranks - 1))
+                 for schedule in schedules)
 
 
-@dataclass
-class _Trace:
-    """What the kernel keeps of one simulated all-reduce (plain data, checked)."""
+def _validated(name: str, num_ranks: int, step: int, value) -> list[Send]:
+    """The sends of one step, checked; ValueError saying what is wrong otherwise."""
+    call = f"{name}({num_ranks}, {step})"
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{call} must return {SENDS_SHAPE}; got {type(value).__name__}")
+    sends = []
+    for send in value:
+        if not (isinstance(send, (list, tuple)) and len(send) == 3
+                and all(_is_int(v) for v in send)):
+            raise ValueError(f"{call} returned {send!r}: must return {SENDS_SHAPE}")
+        src, dst, chunk = (int(v) for v in send)
+        if not (0 <= src < num_ranks and 0 <= dst < num_ranks and 0 <= chunk < num_ranks):
+            raise ValueError(f"{call} returned {send!r}: ranks and chunks are 0..{num_ranks - 1}")
+        if src == dst:
+            raise ValueError(f"{call} returned {send!r}: a rank cannot send to itself")
+        sends.append((src, dst, chunk))
+    return sends
 
-    outputs: list[np.ndarray]
-    sent_bytes: tuple
-    received_bytes: tuple
-    transfers: tuple  # (phase, step, src, dst)
+
+def _summed_chunks(reduce_scatter: list[list[Send]], num_ranks: int) -> list[int] | None:
+    """After running ``reduce_scatter``, the chunk that each rank holds fully summed, as
+    [chunk of rank 0, ...] when every rank holds exactly one, each a different chunk; else None."""
+    placeholder = [np.zeros(num_ranks, dtype=np.int64) for _ in range(num_ranks)]
+    trace = ring.simulate_ring_allreduce(placeholder, lambda n, s: reduce_scatter[s],
+                                         lambda n, s: [])
+    everyone = frozenset(range(num_ranks))
+    holdings = trace.snapshots[num_ranks - 2].holdings  # after the last reduce-scatter step
+    owned = [[c for c in range(num_ranks) if holdings[r][c] == everyone]
+             for r in range(num_ranks)]
+    if all(len(chunks) == 1 for chunks in owned) and len({c[0] for c in owned}) == num_ranks:
+        return [chunks[0] for chunks in owned]
+    return None
 
 
-def _ints(values, count=None) -> bool:
-    return isinstance(values, tuple) and (count is None or len(values) == count) and all(
-        type(v) is int for v in values)
+def _first_sends(all_gather: list[list[Send]], num_ranks: int) -> list[int] | None:
+    """The chunk each rank sends at the all-gather's step 0 (the one it must hold summed), as
+    [chunk of rank 0, ...] when every rank sends exactly one, each a different chunk; else None."""
+    first = all_gather[0] if all_gather else []
+    by_rank = {src: chunk for src, _, chunk in first}
+    if (len(first) == num_ranks and sorted(by_rank) == list(range(num_ranks))
+            and len(set(by_rank.values())) == num_ranks):
+        return [by_rank[r] for r in range(num_ranks)]
+    return None
 
 
-def _trace(outcome: Outcome, num_ranks: int, length: int) -> _Trace | None:
-    """The trace of ``_simulate_plain``, or None when the value is not of that shape."""
-    value = outcome.value
-    if not (isinstance(value, tuple) and len(value) == 4):
-        return None
-    outputs, sent, received, transfers = value
-    if not (isinstance(outputs, tuple) and len(outputs) == num_ranks
-            and all(_ints(out, length) for out in outputs)
-            and _ints(sent, num_ranks) and _ints(received, num_ranks)
-            and isinstance(transfers, tuple) and all(
-                isinstance(t, tuple) and len(t) == 4 and type(t[0]) is str and _ints(t[1:])
-                for t in transfers)):
-        return None
-    return _Trace([np.array(out, dtype=np.int64) for out in outputs], sent, received, transfers)
+def fitting_all_gather(summed: list[int], num_ranks: int) -> list[list[Send]]:
+    """A ring all-gather (to rank r + 1) after a reduce-scatter that left chunk ``summed[r]``
+    on rank r: at step s, rank r sends chunk summed[(r - s) mod n], the one it received last."""
+    n = num_ranks
+    return [[(r, (r + 1) % n, summed[(r - s) % n]) for r in range(n)] for s in range(n - 1)]
+
+
+def fitting_reduce_scatter(summed: list[int], num_ranks: int) -> list[list[Send]]:
+    """A ring reduce-scatter (to rank r + 1) that leaves chunk ``summed[r]`` summed on rank r:
+    that chunk starts at rank r + 1, so at step s rank r sends chunk summed[(r - 1 - s) mod n]."""
+    n = num_ranks
+    return [[(r, (r + 1) % n, summed[(r - 1 - s) % n]) for r in range(n)] for s in range(n - 1)]
 
 
 def _inputs(num_ranks: int, length: int) -> list[np.ndarray]:
@@ -152,36 +217,65 @@ def _inputs(num_ranks: int, length: int) -> list[np.ndarray]:
     return [rng.integers(-1000, 1000, size=length, dtype=np.int64) for _ in range(num_ranks)]
 
 
-def _judge_result(inputs, outcome: Outcome, trace: _Trace | None) -> tuple[str, str]:
+def _run_failure(outcome: Outcome) -> str:
+    if outcome.status == "raised" and outcome.error_type == "NotImplementedError":
+        return "not written yet (it still raises NotImplementedError)"
+    if outcome.status == "raised":
+        return f"your schedule raised {outcome.describe()}"
+    if outcome.status == "returned":
+        return ("your schedule's sends did not come back as expected"
+                + (f": {outcome.value_note}" if outcome.value_note else ""))
+    return outcome.detail
+
+
+def _simulate(given: dict, steps: dict, num_ranks: int, length: int):
+    """Run the simulator on the student's validated steps (a fitting ring for a phase not
+    given); (trace, why the result may be wrong)."""
+    n = num_ranks
+    rs, ag = steps.get("reduce_scatter_sends"), steps.get("all_gather_sends")
+    hint = ""
+    if rs is None:
+        summed = _first_sends(ag, n)
+        rs = fitting_reduce_scatter(summed if summed else [(r + 1) % n for r in range(n)], n)
+        if summed is None:
+            hint = ("at your all-gather's step 0 each rank must send one chunk, a different one "
+                    "per rank: the chunk it holds summed")
+    if ag is None:
+        summed = _summed_chunks(rs, n)
+        ag = fitting_all_gather(summed if summed else [(r + 1) % n for r in range(n)], n)
+        if summed is None:
+            hint = ("after your reduce-scatter each rank must hold one chunk summed over all "
+                    "ranks, a different one per rank")
+    if len(given) == 2:
+        summed, first = _summed_chunks(rs, n), _first_sends(ag, n)
+        if summed is None:
+            hint = ("after your reduce-scatter each rank must hold one chunk summed over all "
+                    "ranks, a different one per rank")
+        elif first is not None and first != summed:
+            rank = next(r for r in range(n) if first[r] != summed[r])
+            hint = (f"your all-gather starts where your reduce-scatter did not leave the sums: "
+                    f"rank {rank} holds chunk {summed[rank]} summed, but sends chunk "
+                    f"{first[rank]} at the all-gather's step 0")
+    trace = ring.simulate_ring_allreduce(_inputs(n, length), lambda _n, s: rs[s],
+                                         lambda _n, s: ag[s])
+    return trace, hint
+
+
+def _judge_result(inputs, trace, hint: str) -> tuple[str, str]:
     """(got, reason) for "every rank ends with the sum of all inputs"."""
-    if trace is None:
-        return outcome.describe(), _run_failure(outcome)
     total = np.sum(np.stack(inputs), axis=0)  # the sum, computed here, not by the simulator
     for rank, out in enumerate(trace.outputs):
         if not np.array_equal(out, total):
             wrong = int(np.count_nonzero(out != total))
             return (f"rank {rank} wrong at {wrong} of {total.size} elements",
-                    f"rank {rank} does not hold the sum: a chunk was never added, added twice, "
-                    "or not copied to every rank")
+                    f"rank {rank} does not hold the sum: "
+                    + (hint or "a chunk was never added, added twice, or not copied to every "
+                       "rank"))
     return "every rank holds the sum", ""
 
 
-def _run_failure(outcome: Outcome) -> str:
-    if outcome.status == "raised" and outcome.error_type == "NotImplementedError":
-        return "not written yet (it still raises NotImplementedError)"
-    if outcome.status == "raised":
-        return f"the simulator stopped: {outcome.describe()}"
-    if outcome.status == "returned":
-        return ("the simulator's trace did not come back as expected"
-                + (f": {outcome.value_note}" if outcome.value_note else ""))
-    return outcome.detail
-
-
-def _judge_bytes(num_ranks: int, nbytes: int, outcome: Outcome, trace: _Trace | None
-                 ) -> tuple[str, str]:
+def _judge_bytes(num_ranks: int, nbytes: int, trace) -> tuple[str, str]:
     """(got, reason) for "each rank sends and receives 2 (n - 1) / n * S bytes"."""
-    if trace is None:
-        return outcome.describe(), _run_failure(outcome)
     want = 2 * (num_ranks - 1) * nbytes // num_ranks  # exact: S divides by n here
     for rank in range(num_ranks):
         sent, received = trace.sent_bytes[rank], trace.received_bytes[rank]
@@ -192,13 +286,11 @@ def _judge_bytes(num_ranks: int, nbytes: int, outcome: Outcome, trace: _Trace | 
     return f"every rank sent and received {want} B", ""
 
 
-def _judge_balance(num_ranks: int, outcome: Outcome, trace: _Trace | None) -> tuple[str, str]:
+def _judge_balance(num_ranks: int, trace) -> tuple[str, str]:
     """(got, reason) for "in every step each rank sends one chunk and receives one"."""
-    if trace is None:
-        return outcome.describe(), _run_failure(outcome)
     steps: dict[tuple[str, int], list] = {}
-    for phase, step, src, dst in trace.transfers:
-        steps.setdefault((phase, step), []).append((src, dst))
+    for t in trace.transfers:
+        steps.setdefault((t.phase, t.step), []).append((t.src, t.dst))
     for phase in ("reduce-scatter", "all-gather"):
         for step in range(num_ranks - 1):
             records = steps.get((phase, step), [])
@@ -211,12 +303,21 @@ def _judge_balance(num_ranks: int, outcome: Outcome, trace: _Trace | None) -> tu
     return "one chunk per rank per step", ""
 
 
+def _judge_total(num_ranks: int, nbytes: int, trace) -> tuple[str, str]:
+    """(got, reason) for "all ranks together send 2 (n - 1) S bytes" (uneven chunks)."""
+    total, want = sum(trace.sent_bytes), 2 * (num_ranks - 1) * nbytes
+    if total != want:
+        return (f"{total} B in all", f"the ranks together must send 2(n-1)*S = {want} bytes "
+                                     f"(each chunk n-1 times per phase), not {total}")
+    return f"{total} B in all", ""
+
+
 def submit(*fns, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run your schedule(s) through the simulator for n = 2..8; return score and failures.
 
     Pass ``reduce_scatter_sends``, ``all_gather_sends`` or both; ``submit()`` with no arguments
-    takes whichever of the two is defined where it is called. A phase not given runs the
-    package's reference schedule (``dpcost.ring``), so each phase can be practised alone.
+    takes whichever of the two is defined where it is called. A phase not given runs a ring
+    that fits the one given (see the module's docstring), so each phase can be practised alone.
     """
     if fns:
         given = {_phase_name(fn): fn for fn in fns}
@@ -230,55 +331,74 @@ def submit(*fns, timeout: float = DEFAULT_TIMEOUT) -> Report:
     if not given:
         raise ValueError("define reduce_scatter_sends and/or all_gather_sends first, then "
                          "pass them: submit(reduce_scatter_sends, all_gather_sends)")
-    return simulator_report(given, timeout)
+    report = simulator_report(given, timeout)
+    failing = [name for name in PHASE_NAMES if name in given]
+    if report.failures:
+        report.footer.append(solution_pointer(failing[0]))
+    return report
+
+
+NOT_GIVEN = {
+    "reduce_scatter_sends": "reduce_scatter_sends: not given, so a ring reduce-scatter that "
+                            "leaves summed on each rank the chunk your all-gather sends from it "
+                            "first runs that phase.",
+    "all_gather_sends": "all_gather_sends: not given, so a ring all-gather that starts from the "
+                        "chunk your reduce-scatter leaves summed on each rank runs that phase.",
+}
 
 
 def simulator_report(given: dict, timeout: float = DEFAULT_TIMEOUT) -> Report:
-    """Run the schedules ``given`` ({phase name: function}; the reference runs a phase not
+    """Run the schedules ``given`` ({phase name: function}; a fitting ring runs a phase not
     given) through the simulator for n = 2..8; a :class:`Report`. ``submit`` calls this for
     the notebook's functions, ``dpcost.exercises.grade`` for those the notebook's file defines.
     """
-    rs = given.get("reduce_scatter_sends", ring.ring_reduce_scatter_sends)
-    ag = given.get("all_gather_sends", ring.ring_all_gather_sends)
-    label = " + ".join(name for name in PHASE_NAMES if name in given)
+    names = [name for name in PHASE_NAMES if name in given]
+    label = " + ".join(names)
     report = Report(f"submit: {label} in the ring simulator, n = 2..8", "submit")
-    for name in PHASE_NAMES:
-        if name not in given:
-            report.notes.append(f"{name}: not given, so the package's reference schedule "
-                                "runs that phase.")
+    report.notes += [NOT_GIVEN[name] for name in PHASE_NAMES if name not in given]
     settings = [(n, EVEN_LENGTH) for n in range(2, 9)] + UNEVEN_CASES
-    inputs = {setting: _inputs(*setting) for setting in settings}
-    outcomes = run_many([(_simulate_plain, (inputs[setting], rs, ag), {})
-                         for setting in settings], timeout, max_timeouts=2)
+    schedules = tuple(given[name] for name in names)
+    outcomes = run_many([(_collect_sends, (schedules, n), {}) for n, _ in settings], timeout,
+                        max_timeouts=2)
     for (n, length), outcome in zip(settings, outcomes, strict=True):
         nbytes = length * 8  # int64
         call = f"{n} ranks, {length} int64 each (S = {nbytes} B)"
-        trace = _trace(outcome, n, length) if outcome.returned else None
-        judged = [("result", "every rank holds the sum", _judge_result(inputs[n, length],
-                                                                        outcome, trace))]
+        rows = [("result", "every rank holds the sum")]
         if length == EVEN_LENGTH:
-            want = 2 * (n - 1) * nbytes // n
-            judged.append(("bytes per rank", f"each rank sends and receives {want} B",
-                           _judge_bytes(n, nbytes, outcome, trace)))
+            rows.append(("bytes per rank",
+                         f"each rank sends and receives {2 * (n - 1) * nbytes // n} B"))
             if n in (2, 5, 8):
-                judged.append(("one chunk per rank per step", "one chunk per rank per step",
-                               _judge_balance(n, outcome, trace)))
+                rows.append(("one chunk per rank per step", "one chunk per rank per step"))
         else:
-            judged.append(("total bytes", f"2(n-1)*S = {2 * (n - 1) * nbytes} B in all",
-                           _judge_total(n, nbytes, outcome, trace)))
-        for category, expected, (got, reason) in judged:
+            rows.append(("total bytes", f"2(n-1)*S = {2 * (n - 1) * nbytes} B in all"))
+        judged = _judge_setting(names, outcome, n, length, nbytes, [r[0] for r in rows])
+        for (category, expected), (got, reason) in zip(rows, judged, strict=True):
             report.results.append(TestResult(label, f"n = {n}: {category}", call, expected, got,
                                              not reason, reason, outcome.stdout))
     return report
 
 
-def _judge_total(num_ranks: int, nbytes: int, outcome: Outcome, trace: _Trace | None
-                 ) -> tuple[str, str]:
-    """(got, reason) for "all ranks together send 2 (n - 1) S bytes" (uneven chunks)."""
-    if trace is None:
-        return outcome.describe(), _run_failure(outcome)
-    total, want = sum(trace.sent_bytes), 2 * (num_ranks - 1) * nbytes
-    if total != want:
-        return (f"{total} B in all", f"the ranks together must send 2(n-1)*S = {want} bytes "
-                                     f"(each chunk n-1 times per phase), not {total}")
-    return f"{total} B in all", ""
+def _judge_setting(names, outcome, n, length, nbytes, categories) -> list[tuple[str, str]]:
+    """(got, reason) for each of ``categories`` in one setting."""
+    failure = ""
+    if not outcome.returned:
+        failure = _run_failure(outcome)
+    else:
+        value = outcome.value
+        if not (isinstance(value, tuple) and len(value) == len(names) and all(
+                isinstance(phase, tuple) and len(phase) == n - 1 for phase in value)):
+            failure = _run_failure(outcome)
+        else:
+            try:
+                steps = {name: [_validated(name, n, s, sends) for s, sends in enumerate(phase)]
+                         for name, phase in zip(names, value, strict=True)}
+            except ValueError as exc:
+                failure = str(exc)
+    if failure:
+        return [(outcome.describe() if not outcome.returned else "-", failure)] * len(categories)
+    trace, hint = _simulate(dict.fromkeys(names), steps, n, length)
+    judges = {"result": lambda: _judge_result(_inputs(n, length), trace, hint),
+              "bytes per rank": lambda: _judge_bytes(n, nbytes, trace),
+              "one chunk per rank per step": lambda: _judge_balance(n, trace),
+              "total bytes": lambda: _judge_total(n, nbytes, trace)}
+    return [judges[category]() for category in categories]

@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 stale.append(student_path)
             continue
         if not args.no_execute:
+            # The grade cells grade the notebook's file: it must be this version when they run.
+            nbformat.write(student, student_path)
             execute(student, student_path)
             student = stable_widget_ids(student, student_path.name)
         nbformat.write(student, student_path)
