@@ -37,7 +37,8 @@ from dpcost.presets import RESNET50_STAGES, TRANSFORMER_SHAPES
 
 __all__ = ["Bottleneck", "resnet50", "RESNET50_STAGES", "GPT2Config", "GPT2_CONFIGS",
            "GPT2Block", "GPT2", "ATTENTIONS", "count_parameters", "LlamaConfig", "LLAMA_CONFIGS",
-           "Llama", "Bert", "BERT_CONFIG", "PresetBuilder", "PRESET_BUILDERS"]
+           "Llama", "Bert", "BERT_CONFIG", "PresetBuilder", "PRESET_BUILDERS", "small_cnn",
+           "transformer_encoder", "frozen_mlp", "TiedLM", "tied_lm"]
 
 ATTENTIONS = ("eager", "sdpa")
 
@@ -366,3 +367,52 @@ PRESET_BUILDERS = {
     **{name: PresetBuilder(lambda c=c: Llama(c), (c.positions,), tokens=True, vocab=c.vocab)
        for name, c in LLAMA_CONFIGS.items()},
 }
+
+
+# --- small modules a reader might bring (lesson 10, and the bucket checks on real DDP) --------
+
+
+def small_cnn(num_classes: int = 10) -> nn.Sequential:
+    """A CIFAR-sized CNN: three conv + batch-norm stages and a linear head (input 3 x 32 x 32)."""
+    def stage(c_in, c_out):
+        return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                nn.ReLU(), nn.MaxPool2d(2)]
+    return nn.Sequential(*stage(3, 32), *stage(32, 64), *stage(64, 128), nn.Flatten(),
+                         nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, num_classes))
+
+
+def transformer_encoder(d_model: int = 256, layers: int = 4) -> nn.TransformerEncoder:
+    """``torch.nn.TransformerEncoder`` of ``layers`` layers (8 heads, MLP 4 d, batch first):
+    input (batch, sequence, d_model)."""
+    layer = nn.TransformerEncoderLayer(d_model, 8, 4 * d_model, batch_first=True)
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+
+def frozen_mlp(width: int = 512) -> nn.Sequential:
+    """Three Linear layers with the first one frozen (``requires_grad=False``): DDP leaves its
+    parameters out of every bucket. Input (batch, width)."""
+    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                          nn.Linear(width, 10))
+    model[0].requires_grad_(False)
+    return model
+
+
+class TiedLM(nn.Module):
+    """A tiny language model whose output layer reuses the embedding (tied weights): the
+    embedding's gradient is complete, and ready, only when backward reaches the input."""
+
+    def __init__(self, vocab: int = 1000, hidden: int = 128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(),
+                                 nn.Linear(4 * hidden, hidden))
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        return F.linear(self.norm(x + self.mlp(x)), self.embed.weight)
+
+
+def tied_lm() -> TiedLM:
+    """``TiedLM()``: input token ids (batch, sequence) below 1000."""
+    return TiedLM()
