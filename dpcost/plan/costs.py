@@ -155,16 +155,29 @@ def costs(facts: ModuleFacts, settings: Settings) -> dict:
                                    else None,
                                    buffer_sizes=list(facts.buffer_bytes) or None)
             sent, received = gpu_bytes(rows, 0)
+            # The parameters' and buffers' broadcast and the gradients' reduce alone, per GPU:
+            # what dpcost.measure's DP patterns move (each rank reads its own data there).
+            model_rows = [r for r in rows if "replicate" in r.action
+                          or "sum the gradients" in r.action]
             traffic[f"dp_{path}"] = {"busy_bytes": gpu_busy_bytes(rows, 0), "sent_bytes": sent,
                                      "received_bytes": received,
-                                     "messages": dp_messages(rows)["calls"]}
+                                     "messages": dp_messages(rows)["calls"],
+                                     "model_bytes_per_gpu": [list(gpu_bytes(model_rows, i))
+                                                             for i in range(n)]}
     rows = ddp_step_transfers(P, B, G, I_all, O_all, n, bucket_sizes=in_use) if n > 1 else []
+    ring = ddp_communication_volume(G, n)
     traffic["ddp"] = {"busy_bytes": _busy((r.gpu0_sent_bytes, r.gpu0_received_bytes)
                                           for r in rows),
                       "sent_bytes": sum(r.gpu0_sent_bytes for r in rows),
                       "received_bytes": sum(r.gpu0_received_bytes for r in rows),
-                      "allreduce_bytes": ddp_communication_volume(G, n),
-                      "messages": (len(in_use) + (1 if B > 0 else 0)) if n > 1 else 0}
+                      "allreduce_bytes": ring,
+                      "messages": (len(in_use) + (1 if B > 0 else 0)) if n > 1 else 0,
+                      # every rank all-reduces 2(n-1)/n G; the buffers' broadcast from rank 0
+                      # reaches each other rank once (rank 0 sends B: NCCL's chain, gloo's
+                      # tree at n = 2)
+                      "model_bytes_per_gpu": [[ring + (B if i == 0 else 0.0),
+                                               ring + (B if i > 0 else 0.0)]
+                                              for i in range(n)] if n > 1 else [[0.0, 0.0]]}
 
     # --- step time ----------------------------------------------------------------------------
     peak = peak_flops(s.gpu, s.precision)
