@@ -185,6 +185,7 @@ def _run_rank(rank, port, spec, shape, vocab, world_size, steps):
     result = {"rank": rank,
               "param_bytes": sum(p.numel() * p.element_size() for p in module.parameters()),
               "buffer_bytes": sum(b.numel() * b.element_size() for b in module.buffers()),
+              "buffer_dtypes": len({b.dtype for b in module.buffers()}),
               "grad_bytes": sum(p.numel() * p.element_size() for p in params)}
 
     # DDP, with the counting hook (it sums; the loss carries the 1/n).
@@ -263,11 +264,36 @@ def predicted_framing(results: list, steps: int) -> dict:
     second = gloo_barrier_messages(n) * GLOO_FRAMING_BYTES_PER_MESSAGE / steps
     out = {}
     for pattern in PATTERNS:
-        out[pattern] = [tuple(x + second for x in predicted_framing_bytes(
+        out[pattern] = [tuple(x + second + y for x, y in zip(predicted_framing_bytes(
             pattern, r["rank"], r["param_bytes"], n, steps,
-            bucket_sizes=r["ddp"]["bucket_sizes"] if pattern == "ddp" else None))
-            for r in results]
+            bucket_sizes=r["ddp"]["bucket_sizes"] if pattern == "ddp" else None),
+            _buffer_framing(pattern, r["rank"], n, r["buffer_bytes"], r["buffer_dtypes"]),
+            strict=True)) for r in results]
     return out
+
+
+def _buffer_framing(pattern, rank, n, buffer_bytes, buffer_dtypes) -> tuple:
+    """Framing of the buffers' messages per step (report.predicted_framing_bytes counts the
+    parameters' and gradients' only): DDP broadcasts them from rank 0 each forward, one
+    broadcast per dtype (``_broadcast_coalesced`` flattens each dtype apart), over gloo's
+    binomial tree; the DP star sends them as one more message per peer; the chain in slices.
+    """
+    from dpcost.dataparallel_traffic import chain_broadcast_bytes, chain_messages
+    from dpcost.step_time import gloo_framing_bytes
+
+    if not buffer_bytes:
+        return (0.0, 0.0)
+    if pattern == "ddp":
+        children = sum(1 for k in range(n.bit_length())
+                       if 2**k > rank and rank + 2**k < n) if rank else (n - 1).bit_length()
+        sent, received = children * buffer_dtypes, (buffer_dtypes if rank else 0)
+    elif pattern == "dp":
+        sent, received = (n - 1, 0) if rank == 0 else (0, 1)
+    else:
+        hops_out, hops_in = chain_broadcast_bytes(1, n)[rank]
+        chunks = chain_messages(buffer_bytes)
+        sent, received = int(hops_out) * chunks, int(hops_in) * chunks
+    return gloo_framing_bytes(sent, received)
 
 
 def format_table(results: list, steps: int) -> str:
