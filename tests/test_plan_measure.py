@@ -11,7 +11,7 @@ import pytest
 from dpcost.measure.__main__ import main
 from dpcost.plan import plan
 
-SPEC, SHAPE, STEPS = "dpcost.torch_models:small_cnn", "8,3,32,32", 3  
+SPEC, SHAPE, STEPS = "dpcost.torch_models:small_cnn", "8,3,32,32", 3  # BatchNorm: buffers too
 # plan's traffic key for each measured pattern
 PLANNED = {"ddp": "ddp", "dp": "dp_copy", "dp-nccl": "dp_nccl"}
 

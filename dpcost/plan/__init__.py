@@ -163,7 +163,8 @@ def plan(model, gpus: int = 8, gpus_per_node: int = 8, gpu: str = "H100",
                      "find_unused_parameters": find_unused_parameters,
                      "gradient_as_bucket_view": gradient_as_bucket_view,
                      "utilisation": settings.utilisation},
-        "param_names": facts.param_names, "ready_order": facts.ready_order,
+        "param_names": facts.param_names, "param_bytes": facts.param_bytes,
+        "ready_order": facts.ready_order,
         "activation_bytes": facts.saved_bytes,
     })
     result["recommendation"] = recommendation(result, facts, settings)

@@ -8,7 +8,7 @@ from dpcost.memory import COMPONENTS
 from dpcost.plan.costs import STRATEGY_NAMES
 from dpcost.units import format_bytes, format_seconds
 
-__all__ = ["format_table", "to_json", "plot"]
+__all__ = ["format_table", "to_json", "plot", "plot_step_ratios"]
 
 TRAFFIC_NAMES = {"dp_copy": "DP, copy path (GPU0)", "dp_nccl": "DP, NCCL path (GPU0)",
                  "ddp": "DDP rank"}
@@ -108,4 +108,25 @@ def plot(r: dict, path=None):
     if path is not None:
         fig.savefig(path, dpi=100)
         plt.close(fig)
+    return fig
+
+
+def plot_step_ratios(rows, tolerance: float = 0.1, title: str = ""):
+    """DataParallel's modelled step time over DDP's against the per-GPU batch (log x), both
+    paths, with the ``1 + tolerance`` line below which DP counts as acceptable."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12.8, 5.4))
+    batches = [r["batch"] for r in rows]
+    ax.plot(batches, [r["copy"] for r in rows], "o-", label="DP, copy path / DDP")
+    ax.plot(batches, [r["nccl"] for r in rows], "s-", label="DP, NCCL path / DDP")
+    ax.axhline(1 + tolerance, color="black", linestyle="--",
+               label=f"DDP + {tolerance:.0%}: DP acceptable below")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("samples per GPU (per-GPU batch)", fontsize=12)
+    ax.set_ylabel("step time, DP / DDP (ratio)", fontsize=12)
+    ax.set_title(title or "DataParallel's step over DDP's, modelled", fontsize=13)
+    ax.legend(fontsize=11)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
     return fig
