@@ -166,6 +166,7 @@ def plan(model, gpus: int = 8, gpus_per_node: int = 8, gpu: str = "H100",
         "param_names": facts.param_names, "param_bytes": facts.param_bytes,
         "ready_order": facts.ready_order,
         "activation_bytes": facts.saved_bytes,
+        "output_elements_per_sample": facts.output_elements // facts.batch,
     })
     result["recommendation"] = recommendation(result, facts, settings)
     result["plan_s"] = time.perf_counter() - started
