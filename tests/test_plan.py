@@ -107,9 +107,11 @@ def test_buckets_follow_torchs_own_assignment_for_gpt2_small():
 
 
 def test_an_explicit_bucket_cap_sets_both_caps_and_find_unused_never_rebuilds():
-    result = plan("GPT-2 small", gpus=8, precision="fp32", batch=1, seq=64, bucket_cap_mb=50)
-    assert result["buckets"]["caps"] == [50 * 2**20]
-    unused = plan("GPT-2 small", gpus=8, precision="fp32", batch=1, seq=64,
+    spec, shape = "dpcost.torch_models:transformer_encoder", "2,16,256"
+    capped = plan(spec, gpus=8, precision="fp32", input_shape=shape, bucket_cap_mb=2)
+    assert capped["buckets"]["caps"] == [2 * 2**20]
+    assert capped["buckets"]["rebuilt_bytes"][0] >= 2 * 2**20  # no 1 MiB first bucket
+    unused = plan(spec, gpus=8, precision="fp32", input_shape=shape,
                   find_unused_parameters=True)
     assert unused["buckets"]["rebuilt"] is None
     assert len(unused["buckets"]["construction"]) > 1
@@ -187,3 +189,22 @@ def test_plan_error_names_the_parameter():
     with pytest.raises(PlanError) as caught:
         plan("ResNet-50", gpus=-1)
     assert caught.value.parameter == "--gpus"
+
+
+def test_fsdp_holds_zero3s_shards_which_strategies_fsdp_accounts_for():
+    result = plan("dpcost.torch_models:small_cnn", gpus=4, precision="mixed",
+                  input_shape="8,3,32,32")
+    zero3 = result["memory"]["zero3"]
+    assert result["memory"]["fsdp"] == zero3
+    states = zero3["parameters"] + zero3["gradients"] + zero3["optimizer state"]
+    assert states == pytest.approx(result["fsdp_state_bytes"], rel=1e-12)
+
+
+def test_the_plot_is_drawn_with_units(tmp_path):
+    from dpcost.plan.report import plot
+
+    result = plan("dpcost.torch_models:small_cnn", gpus=4, input_shape="8,3,32,32")
+    fig = plot(result, tmp_path / "plan.png")
+    assert (tmp_path / "plan.png").stat().st_size > 10_000
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["bytes per step on the busiest link (MB)", "memory per GPU (MB)"]

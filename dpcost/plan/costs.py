@@ -34,7 +34,7 @@ from dpcost.dataparallel_traffic import (
     gpu_bytes,
 )
 from dpcost.explorer_model import peak_flops
-from dpcost.memory import COMPONENTS, fits, memory_per_gpu, rank_memory, total_bytes
+from dpcost.memory import fits, memory_per_gpu, rank_memory, total_bytes
 from dpcost.presets import INTERCONNECTS, custom_model
 from dpcost.step_time import (
     communication_hidden,
@@ -247,13 +247,12 @@ def costs(facts: ModuleFacts, settings: Settings) -> dict:
         memory[strategy] = with_trace(rank_memory(
             model, n, b * n, strategy, s.optimizer, s.precision,
             gradient_as_bucket_view=s.gradient_as_bucket_view))
+    # FSDP full sharding (fully_shard, reshard after forward) holds ZeRO-3's shards: its peak
+    # model state (strategies.fsdp) is the three sharded components; the one unit it gathers
+    # while computing is a communication buffer, not counted.
     sharded = fsdp(G, n, reshard_after_forward=True, num_params=N, precision=s.precision,
                    optimizer=s.optimizer)
-    fsdp_parts = dict(memory["zero3"])
-    for component in ("parameters", "gradients", "optimizer state"):
-        fsdp_parts[component] = 0.0
-    fsdp_parts["parameters"] = sharded.peak_state_bytes + facts.frozen_bytes
-    memory["fsdp"] = {c: fsdp_parts[c] for c in COMPONENTS}
+    memory["fsdp"] = dict(memory["zero3"])
     totals = {k: total_bytes(v) for k, v in memory.items()}
     verdicts = {k: fits(v, s.gpu.memory_bytes) for k, v in totals.items()}
     return {
@@ -268,8 +267,9 @@ def costs(facts: ModuleFacts, settings: Settings) -> dict:
         "steps": steps, "ddp_hidden_from_batch": hidden_from,
         "memory": memory, "memory_totals": totals, "fits": verdicts,
         "capacity_bytes": s.gpu.memory_bytes,
-        "fsdp_note": "FSDP's model state after the step is ZeRO-3's; its peak adds the one "
-                     "unit it gathers while computing, not counted (strategies.fsdp)",
+        "fsdp_state_bytes": sharded.peak_state_bytes,
+        "fsdp_note": "FSDP full sharding holds ZeRO-3's shards (strategies.fsdp); the one unit "
+                     "it gathers while computing is not counted",
     }
 
 

@@ -73,9 +73,18 @@ def to_json(r: dict) -> str:
     return json.dumps(r, indent=1, allow_nan=False, default=str)
 
 
+def _unit(largest: float) -> tuple[float, str]:
+    """(divisor, name) of the decimal unit that shows ``largest`` bytes readably."""
+    for divisor, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if largest >= divisor:
+            return divisor, name
+    return 1.0, "B"
+
+
 def plot(r: dict, path=None):
-    """Two panels: bytes per step on the busiest link (GB), memory per GPU by component (GB)
-    with the GPU's capacity. Saved to ``path`` when given; returns the figure."""
+    """Two panels: bytes per step on the busiest link, memory per GPU by component with the
+    GPU's capacity (decimal units picked for the sizes; the capacity is written in the title
+    when the bars are too small beside it). Saved to ``path`` when given; returns the figure."""
     import matplotlib
 
     if path is not None:
@@ -84,24 +93,33 @@ def plot(r: dict, path=None):
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.8, 5.4))
     names = [TRAFFIC_NAMES[k] for k in r["traffic"]]
-    values = [t["busy_bytes"] / 1e9 for t in r["traffic"].values()]
+    busy = [t["busy_bytes"] for t in r["traffic"].values()]
+    divisor, unit = _unit(max(busy))
+    values = [v / divisor for v in busy]
     bars = left.bar(names, values, color=["#c44e52", "#dd8452", "#4c72b0"][-len(values):])
     left.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=11)
-    left.set_ylabel("bytes per step on the busiest link (GB)", fontsize=12)
+    left.set_ylabel(f"bytes per step on the busiest link ({unit})", fontsize=12)
     left.set_title(f"{r['model']}: traffic per step, {r['settings']['gpus']} GPUs", fontsize=13)
     left.tick_params(axis="x", labelsize=10, rotation=10)
     keys = list(r["memory"])
+    capacity = r["capacity_bytes"]
+    largest = max(r["memory_totals"].values())
+    on_scale = largest >= 0.1 * capacity
+    divisor, unit = _unit(max(largest, capacity) if on_scale else largest)
     bottom = [0.0] * len(keys)
     for component in COMPONENTS:
-        heights = [r["memory"][k][component] / 1e9 for k in keys]
+        heights = [r["memory"][k][component] / divisor for k in keys]
         if any(heights):
             right.bar([STRATEGY_NAMES[k] for k in keys], heights, bottom=bottom, label=component)
             bottom = [a + h for a, h in zip(bottom, heights, strict=True)]
-    right.axhline(r["capacity_bytes"] / 1e9, color="black", linestyle="--",
-                  label=f"{r['settings']['gpu']} ({r['capacity_bytes'] / 1e9:.0f} GB)")
-    right.set_ylabel("memory per GPU (GB)", fontsize=12)
+    gpu = f"{r['settings']['gpu']} ({capacity / 1e9:.0f} GB)"
+    if on_scale:
+        right.axhline(capacity / divisor, color="black", linestyle="--", label=gpu)
+    right.set_ylabel(f"memory per GPU ({unit})", fontsize=12)
     right.set_title(f"memory per GPU, {r['settings']['precision']}, "
-                    f"{r['settings']['optimizer']}", fontsize=13)
+                    f"{r['settings']['optimizer']}"
+                    + ("" if on_scale else f"\n(capacity {gpu}: far above the bars)"),
+                    fontsize=13)
     right.tick_params(axis="x", labelsize=10, rotation=10)
     right.legend(fontsize=9)
     fig.tight_layout()

@@ -121,6 +121,7 @@ def trace_step(module, example) -> Trace:
     handles = [p.register_post_accumulate_grad_hook(lambda p: ready.append(index[id(p)]))
                for _, p in params]
     routing = _routing_mode()
+    was_training = module.training
     module.train()
     try:
         with FlopCounterMode(display=False) as counter:
@@ -135,6 +136,7 @@ def trace_step(module, example) -> Trace:
             handle.remove()
         for _, p in params:
             p.grad = None
+        module.train(was_training)
     return Trace(forward_flops=int(forward_flops), backward_flops=int(total - forward_flops),
                  saved_bytes=int(sum(saved.values())), ready_order=ready,
                  output_elements=sum(t.numel() for t in tensors),
