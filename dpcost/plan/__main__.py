@@ -55,6 +55,12 @@ def _parser():
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
+        import torch  # noqa: F401 - the plan builds and traces the module with it
+    except ImportError:
+        sys.stderr.write("dpcost.plan: error: needs PyTorch: pip install 'dpcost[measure]' "
+                         "(from a clone: pip install -e '.[measure]')\n")
+        return 2
+    try:
         result = plan(args.model, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
                       gpu=args.gpu, precision=args.precision, optimizer=args.optimizer,
                       bucket_cap_mb=args.bucket_cap_mb, input_shape=args.input_shape,
