@@ -16,6 +16,13 @@ optimizer; the global batch b and the output elements per sample. Views, updated
    (``dpcost.memory``), with a fits / does not fit verdict for each;
 4. a readout table with every number, which path it is for, and the verdict in words.
 
+"your module" beside the presets: a spec (``package.module:callable``, imported and called:
+it runs that code) and the input of one sample; ``dpcost.plan`` builds it on the meta device
+and traces it once, and the explorer takes its exact parameter count, outputs per sample and
+activations per sample (fp32, saved-tensor bytes) from that trace. Its FLOPs and buckets are
+then the custom model's (6 N per sample, a stream of buckets): ``python -m dpcost.plan`` gives
+the module's own. Needs PyTorch; the presets do not.
+
 DataParallel is one process on one machine (``torch/nn/parallel/data_parallel.py``: its
 ``device_ids`` are that machine's GPUs; PyTorch's DDP tutorial, "Comparison between
 DataParallel and DistributedDataParallel"), so the explorer offers it only for n <= g. It
@@ -35,6 +42,8 @@ import html
 import re
 import textwrap
 from contextlib import contextmanager
+from dataclasses import replace
+from functools import lru_cache
 
 import ipywidgets as widgets
 
@@ -66,12 +75,42 @@ from dpcost.explorer_model import (
 )
 from dpcost.explorer_views import MemoryView, StepView, VolumeView
 from dpcost.memory import ATTENTIONS
-from dpcost.presets import GPUS, INTERCONNECTS, MODELS
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS, custom_model
 
 __all__ = ["Explorer", "scenario", "verdict", "parse_parameter_count", "CUSTOM", "GPU_CHOICES",
            "GPUS_PER_NODE_CHOICES", "INTRA_NODE_LINKS", "INTER_NODE_LINKS", "OPTIMIZERS",
            "PRECISION_CHOICES", "DEFAULTS", "CANNOT_SPAN", "STRATEGY_NAMES", "CURVE_GPUS",
-           "DP_COPY", "DP_NCCL", "DDP_RING", "DDP_TWO_LEVEL", "DDP_FLAT"]
+           "DP_COPY", "DP_NCCL", "DDP_RING", "DDP_TWO_LEVEL", "DDP_FLAT", "YOUR_MODULE",
+           "planned_model"]
+
+YOUR_MODULE = "your module"
+MODULE_SETTINGS = {"spec": "dpcost.torch_models:small_cnn", "module_input": "3,32,32"}
+
+
+@lru_cache(maxsize=16)
+def planned_model(spec: str, per_sample: str):
+    """A ModelPreset for the module ``spec`` builds, from one ``dpcost.plan`` trace on meta
+    (fp32, one sample): exact trainable parameters, outputs per sample and activation bytes
+    per sample. ``per_sample``: one sample's float input shape ("3,32,32") or "tokens S".
+    ValueError (``dpcost.plan.PlanError``) names what is wrong."""
+    try:
+        from dpcost.plan import plan
+    except ImportError:
+        raise ValueError("your module needs PyTorch: pip install 'dpcost[measure]'") from None
+    text = per_sample.strip()
+    if text.startswith("tokens"):
+        seq = text.removeprefix("tokens").strip()
+        if not seq.isdigit():
+            raise ValueError(f"input per sample: 'tokens S' needs a whole S, got {per_sample!r}")
+        result = plan(spec, gpus=1, precision="fp32", batch=1, seq=int(seq))
+    else:
+        result = plan(spec, gpus=1, precision="fp32", input_shape=f"1,{text}")
+    model = custom_model(result["trainable_parameters"],
+                         output_elements_per_sample=result["output_elements_per_sample"],
+                         activation_bytes_per_sample=result["activation_bytes"],
+                         name=f"your module {spec}")
+    return replace(model, source="dpcost.plan: counted on the meta device from one traced "
+                                 "forward and backward")
 
 
 class Explorer:
@@ -84,10 +123,10 @@ class Explorer:
     """
 
     def __init__(self, **initial):
-        unknown = set(initial) - set(DEFAULTS) - {"batch_size", "outputs"}
+        unknown = set(initial) - set(DEFAULTS) - {"batch_size", "outputs", *MODULE_SETTINGS}
         if unknown:
             raise TypeError(f"unknown explorer setting(s): {sorted(unknown)}")
-        settings = {**DEFAULTS, **initial}
+        settings = {**DEFAULTS, **MODULE_SETTINGS, **initial}
         preset = MODELS.get(settings["model"])
         description_style = {"description_width": "130px"}
         wide = widgets.Layout(width="400px")
@@ -96,7 +135,7 @@ class Explorer:
             return cls(description=description, style=description_style, layout=wide, **kwargs)
 
         self.controls = {
-            "model": control(widgets.Dropdown, "model", options=[*MODELS, CUSTOM],
+            "model": control(widgets.Dropdown, "model", options=[*MODELS, CUSTOM, YOUR_MODULE],
                              value=settings["model"]),
             "custom": control(widgets.Text, "custom parameters", value=settings["custom"],
                               placeholder="e.g. 1.5e9", continuous_update=False),
@@ -124,6 +163,12 @@ class Explorer:
             "outputs": control(widgets.BoundedIntText, "outputs / sample", min=1, max=MAX_OUTPUTS,
                                value=settings.get("outputs", preset.output_elements_per_sample
                                                   if preset else 1000)),
+            "spec": control(widgets.Text, "module spec", value=settings["spec"],
+                            placeholder="package.module:callable (runs it)",
+                            continuous_update=False),
+            "module_input": control(widgets.Text, "input per sample",
+                                    value=settings["module_input"],
+                                    placeholder="3,32,32 or tokens 512", continuous_update=False),
         }
         self.readout = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.source = widgets.HTML(layout=widgets.Layout(width="100%"))
@@ -137,7 +182,8 @@ class Explorer:
         self.update()
         columns = (("model", "custom", "precision", "attention", "gpus"),
                    ("gpus_per_node", "intra_link", "inter_link", "gpu"),
-                   ("utilisation", "optimizer", "batch_size", "outputs"))
+                   ("utilisation", "optimizer", "batch_size", "outputs", "spec",
+                    "module_input"))
         self.widget = widgets.VBox([
             widgets.HBox([widgets.VBox([self.controls[k] for k in column]) for column in columns]),
             self.readout,
@@ -167,14 +213,20 @@ class Explorer:
             self.update()
 
     def model(self):
-        """The ModelPreset the controls describe (custom: parsed parameters, no activations)."""
+        """The ModelPreset the controls describe (custom: parsed parameters, no activations;
+        your module: ``planned_model``)."""
         c = self.controls
+        if c["model"].value == YOUR_MODULE:
+            return planned_model(c["spec"].value, c["module_input"].value)
         return model_for(c["model"].value, c["custom"].value, c["outputs"].value)
 
     def update(self) -> None:
         """Recompute from the controls, move the artists, render the views that changed."""
         c = self.controls
         c["custom"].disabled = c["model"].value != CUSTOM
+        for name in ("spec", "module_input"):
+            c[name].disabled = c["model"].value != YOUR_MODULE
+        c["outputs"].disabled = c["model"].value == YOUR_MODULE  # the trace's outputs
         intra, inter = INTERCONNECTS[c["intra_link"].value], INTERCONNECTS[c["inter_link"].value]
         gpu = GPUS[c["gpu"].value]
         try:

@@ -102,6 +102,17 @@ def parse_args(argv=None):
     parser.add_argument("--trace", metavar="FILE",
                         help="with --scenario timeline: write the per-rank timeline to FILE as "
                              "Chrome trace JSON (open it in ui.perfetto.dev or chrome://tracing)")
+    parser.add_argument("--model", metavar="SPEC",
+                        help="measure a module of your own instead of the Linear stack: a "
+                             "preset name or package.module:callable (imported and called: "
+                             "it runs that code); ddp, dp and dp-nccl, per rank "
+                             "(dpcost/measure/model_traffic.py); compare with python -m "
+                             "dpcost.plan")
+    parser.add_argument("--input-shape", help="with --model: each rank's float input, batch "
+                                              "first, e.g. 2,16,256")
+    parser.add_argument("--batch", type=_whole("--batch", 1, MAX_STEPS),
+                        help="with --model and --seq: token ids (batch, seq) per rank")
+    parser.add_argument("--seq", type=_whole("--seq", 1, MAX_STEPS), help="see --batch")
     parser.add_argument("--inject-fault", type=_fault, help=argparse.SUPPRESS)  # tests only
     return parser.parse_args(argv)
 
@@ -203,7 +214,31 @@ def _parse_and_run(argv) -> int:
         return 128 + stop.signum
 
 
+def _model_main(args) -> int:
+    """``--model SPEC``: the three patterns on the user's module (model_traffic.py)."""
+    from dpcost.measure.model_traffic import format_table, measure, model_input, predicted_framing
+
+    try:
+        shape, vocab = model_input(args.model, args.input_shape, args.batch, args.seq)
+    except ValueError as error:
+        return _refuse(str(error))
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        results = measure(args.model, shape, vocab, args.world_size, args.steps,
+                          timeout_s=args.setup_timeout)
+    except RuntimeError as error:
+        print(f"{PROG}: error: {' '.join(str(error).split())[:300]}", file=sys.stderr)
+        return 1
+    print_out(json.dumps({"model": args.model, "input_shape": list(shape), "vocab": vocab,
+                          "steps": args.steps, "ranks": results,
+                          "predicted_framing": predicted_framing(results, args.steps)})
+              if args.json else format_table(results, args.steps))
+    return 0
+
+
 def _main(args) -> int:
+    if args.model is not None:
+        return _model_main(args)
     wanted = {"all": ["ddp", "dp", "dp-nccl", "dataparallel-cuda"], "timeline": TIMELINE,
               "strategies": list(STRATEGY_SCENARIOS)}.get(args.scenario, [args.scenario])
     skipped = {s: why for s in wanted if s in STRATEGY_SCENARIOS
