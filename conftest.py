@@ -36,12 +36,15 @@ SERIAL = (
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
     "tests/test_procs.py",
+    "tests/test_plan_ddp.py",
+    "tests/test_plan_measure.py",
     # notebooks that start process groups
     "notebooks/06_measure_it.ipynb",
     "notebooks/07_time_and_overlap.ipynb",
     "notebooks/08_beyond_ddp.ipynb",
     "notebooks/09_moving_to_ddp.ipynb",
     "notebooks/09b_ddp_pitfalls.ipynb",
+    "notebooks/10_plan_your_own_model.ipynb",
     "notebooks/ex3_migrate.ipynb",
     "notebooks/instructor/ex3_migrate.ipynb",
 )
