@@ -89,9 +89,9 @@ def _snapshot(exclude_port, wire_ok):
 
 
 def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
+    """One scenario on this rank, in its stages: build it, warm up, read the counters around
+    the measured iterations, then put the readings together (``_result``)."""
     import torch.distributed as dist
-
-    from dpcost.measure import scenarios
 
     def progress(iteration, phase):
         report(encode_progress(index, iteration, phase))
@@ -99,44 +99,65 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     progress(-1, "model setup")
     if config.fault == (rank, "slow-setup") and index == 0:
         time.sleep(SLOW_SETUP_S)  # a set-up slower than --timeout must not be called a hang
-    gc.collect()
-    rss_before = counters.current_rss_bytes()
-    peak_ok = counters.reset_peak_rss()
     device = _device(config)
+    memory_before = _memory_baseline(device)
+    kind = name.split("#")[0]  # "ddp#2": a repeat of "ddp" (the overhead benchmark interleaves)
+    scenario = _build_scenario(kind, name, config, rank, device)
+    for iteration in range(config.warmup):
+        progress(iteration, "iteration start")
+        scenario.step(iteration, progress)
+    window = _measured_window(kind, index, config, rank, scenario, progress, exclude_port, wire)
+    result = _result(kind, config, rank, device, scenario, window, memory_before, wire,
+                     progress)
+    del scenario
+    dist.barrier()  # nobody tears down while a peer still needs its buffers
+    return result
+
+
+def _memory_baseline(device) -> dict:
+    """The readings before the model is built: RSS (and the peak reset), or CUDA's allocated."""
+    gc.collect()
+    before = {"rss": counters.current_rss_bytes(), "peak_ok": counters.reset_peak_rss(),
+              "cuda": None}
     if device != "cpu":
         import torch
 
         torch.cuda.reset_peak_memory_stats(device)
-        cuda_before = torch.cuda.memory_allocated(device)
-    kind = name.split("#")[0]  # "ddp#2": a repeat of "ddp" (the overhead benchmark interleaves)
+        before["cuda"] = torch.cuda.memory_allocated(device)
+    return before
+
+
+def _build_scenario(kind, name, config, rank, device):
+    from dpcost.measure import scenarios
+
     if kind in ("ddp", *DDP_VARIANTS):
         # "ddp" times plain DDP, as users run it; its buckets are counted afterwards, on an
         # identical model, by _count_buckets. "ddp-counted" keeps the hook inside the timed
         # window, so that the overhead benchmark can show what the hook costs per step.
-        scenario = scenarios.DDPScenario(config.width, config.depth, rank,
-                                         count=kind == "ddp-counted", device=device)
-    elif kind == "dp":
-        scenario = scenarios.DPPatternScenario(config.width, config.depth, rank,
-                                               config.world_size, device=device)
-    elif kind == "dp-nccl":
+        return scenarios.DDPScenario(config.width, config.depth, rank,
+                                     count=kind == "ddp-counted", device=device)
+    if kind == "dp":
+        return scenarios.DPPatternScenario(config.width, config.depth, rank, config.world_size,
+                                           device=device)
+    if kind == "dp-nccl":
         from dpcost.measure.chain import DPChainScenario
 
-        scenario = DPChainScenario(config.width, config.depth, rank, config.world_size,
-                                   device=device)
-    elif kind in TIMED:
+        return DPChainScenario(config.width, config.depth, rank, config.world_size,
+                               device=device)
+    if kind in TIMED:
         from dpcost.measure import timed
 
         cls = getattr(timed, TIMED[kind])
-        scenario = (cls(config.width, config.depth, rank, device=device) if kind.startswith("ddp")
-                    else cls(config.width, config.depth, rank, config.world_size, device=device))
-    elif kind in strategy_scenarios.NAMES:  # beyond DDP: dpcost/measure/strategy_scenarios.py
-        scenario = strategy_scenarios.build(kind, config, rank, device)
-    else:
-        raise ValueError(f"unknown scenario {name!r}")
-    for iteration in range(config.warmup):
-        progress(iteration, "iteration start")
-        scenario.step(iteration, progress)
+        return (cls(config.width, config.depth, rank, device=device) if kind.startswith("ddp")
+                else cls(config.width, config.depth, rank, config.world_size, device=device))
+    if kind in strategy_scenarios.NAMES:  # beyond DDP: dpcost/measure/strategy_scenarios.py
+        return strategy_scenarios.build(kind, config, rank, device)
+    raise ValueError(f"unknown scenario {name!r}")
 
+
+def _measured_window(kind, index, config, rank, scenario, progress, exclude_port, wire) -> dict:
+    """The measured iterations between two counter snapshots (each after a barrier), with the
+    profiler around them where it counts; the scenario's own counts before, the step times."""
     profiler = None
     use_profiler = config.counter == "profiler" or (config.counter == "auto"
                                                     and config.backend != "gloo")
@@ -152,36 +173,49 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
     if recorder is not None:
         recorder.on = True  # the measured iterations only (warm-up and set-up left out)
     hook = scenario.hook if kind == "ddp-counted" else None
-    hook_before = (hook.bytes, hook.buckets) if hook else (0, 0)
-    logical_before = (scenario.logical_sent, scenario.logical_received)
-    window_before = scenario.snapshot() if hasattr(scenario, "snapshot") else None
-    times = []
+    window = {"profiler": profiler, "use_profiler": use_profiler, "recorder": recorder,
+              "hook": hook, "hook_before": (hook.bytes, hook.buckets) if hook else (0, 0),
+              "logical_before": (scenario.logical_sent, scenario.logical_received),
+              "window_before": scenario.snapshot() if hasattr(scenario, "snapshot") else None,
+              "wire_before": wire_before, "times": []}
     for iteration in range(config.warmup, config.warmup + config.steps):
         progress(iteration, "iteration start")
         if config.fault and config.fault[0] == rank and index == 0:
             _inject(config.fault[1], rank, iteration - config.warmup)
         start = time.perf_counter()
         scenario.step(iteration, progress)
-        times.append(time.perf_counter() - start)
+        window["times"].append(time.perf_counter() - start)
     progress(config.warmup + config.steps, "snapshot barrier")
-    wire_after, read_after_s = _snapshot(exclude_port, wire["ok"])
+    window["wire_after"], read_after_s = _snapshot(exclude_port, wire["ok"])
+    window["read_s"] = read_before_s + read_after_s  # once per window, not per step
     if profiler is not None:
         profiler.__exit__(None, None, None)
-    peak = counters.peak_rss_bytes() if peak_ok else None
-    memory_reading = ("peak RSS growth: VmHWM after clear_refs minus VmRSS before the model "
-                      "was built" if peak is not None and rss_before is not None else "unavailable")
-    peak_growth = peak - rss_before if memory_reading != "unavailable" else None
+    return window
+
+
+def _memory_growth(device, before: dict) -> tuple:
+    """(bytes the scenario added at its peak, how that was read)."""
+    peak = counters.peak_rss_bytes() if before["peak_ok"] else None
     if device != "cpu":
         import torch
 
-        peak_growth = torch.cuda.max_memory_allocated(device) - cuda_before
-        memory_reading = "torch.cuda.max_memory_allocated minus memory_allocated before the model"
+        return (torch.cuda.max_memory_allocated(device) - before["cuda"],
+                "torch.cuda.max_memory_allocated minus memory_allocated before the model")
+    if peak is None or before["rss"] is None:
+        return None, "unavailable"
+    return (peak - before["rss"],
+            "peak RSS growth: VmHWM after clear_refs minus VmRSS before the model was built")
 
+
+def _result(kind, config, rank, device, scenario, window, memory_before, wire, progress) -> dict:
+    """The rank's report for one scenario: times, memory, then bytes by the best counter."""
+    peak_growth, memory_reading = _memory_growth(device, memory_before)
     steps, n = config.steps, config.world_size
+    logical_before = window["logical_before"]
     result = {
         "rank": rank,
-        "step_time_s": statistics.median(times),
-        "counter_read_s": read_before_s + read_after_s,  # once per window, not per step
+        "step_time_s": statistics.median(window["times"]),
+        "counter_read_s": window["read_s"],
         # Same seed, batches and optimizer: every scenario must end with the same parameters.
         "param_sum": scenario.param_sum() if hasattr(scenario, "param_sum") else sum(
             float(p.detach().double().sum()) for p in scenario.model.parameters()),
@@ -191,15 +225,15 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         "logical_received_bytes": (scenario.logical_received - logical_before[1]) / steps,
     }
     if kind in TIMED:
-        result["timeline"] = [list(event) for event in recorder.events]
+        result["timeline"] = [list(event) for event in window["recorder"].events]
         result["clock"] = "time.perf_counter_ns (CLOCK_MONOTONIC: one clock for the machine)"
         if hasattr(scenario, "allreduce_calibration"):
             result["allreduce_calibration"] = scenario.allreduce_calibration
-    if window_before is not None:  # strategy scenarios: collective calls, losses, census
-        result.update(scenario.window_result(window_before, steps))
+    if window["window_before"] is not None:  # strategy scenarios: collectives, losses, census
+        result.update(scenario.window_result(window["window_before"], steps))
+    hook, hook_before = window["hook"], window["hook_before"]
     if hook is not None:
-        hook_bytes = (hook.bytes - hook_before[0]) / steps
-        result["hook_bytes"] = hook_bytes  # S summed over buckets: must equal P exactly
+        result["hook_bytes"] = (hook.bytes - hook_before[0]) / steps  # S over buckets: P
         result["hook_buckets"] = (hook.buckets - hook_before[1]) / steps
     if kind == "ddp":
         first = config.warmup + config.steps + 1
@@ -212,35 +246,40 @@ def _measure_scenario(name, index, config, rank, report, exclude_port, wire):
         # A ring all-reduce of S sends and receives 2 (n - 1) / n S on every rank.
         result["logical_sent_bytes"] = result["logical_received_bytes"] = (
             ddp_communication_volume(result["hook_bytes"], n))
-    if profiler is not None:
+    result.update(_counted_bytes(result, scenario, window, wire, steps, n))
+    return result
+
+
+def _counted_bytes(result, scenario, window, wire, steps, n) -> dict:
+    """Bytes per step by the counter in use: the profiler's collectives, the wire (TCP
+    counters), or the scenario's logical count where neither can be read."""
+    fields = {}
+    if window["profiler"] is not None:
         element_size = next(scenario.model.parameters()).element_size()
-        seen = counters.collective_bytes(profiler.events(), n, element_size)
-        result.update(profiler_sent_bytes=seen["sent"] / steps,
+        seen = counters.collective_bytes(window["profiler"].events(), n, element_size)
+        fields.update(profiler_sent_bytes=seen["sent"] / steps,
                       profiler_received_bytes=seen["received"] / steps,
                       profiler_uncounted=seen["other"])
-    if use_profiler:
-        result.update(counter=counters.PROFILER_COUNTER,
-                      sent_bytes=result["profiler_sent_bytes"],
-                      received_bytes=result["profiler_received_bytes"])
+    before, after = window["wire_before"], window["wire_after"]
+    if window["use_profiler"]:
+        fields.update(counter=counters.PROFILER_COUNTER,
+                      sent_bytes=fields["profiler_sent_bytes"],
+                      received_bytes=fields["profiler_received_bytes"])
         if wire["ok"]:  # keep the wire reading beside it, for comparison
-            result.update(wire_sent_bytes=(wire_after["sent"] - wire_before["sent"]) / steps,
-                          wire_received_bytes=(wire_after["received"] - wire_before["received"])
-                          / steps)
+            fields.update(wire_sent_bytes=(after["sent"] - before["sent"]) / steps,
+                          wire_received_bytes=(after["received"] - before["received"]) / steps)
     elif wire["ok"]:
-        result.update(
+        fields.update(
             counter=counters.WIRE_COUNTER,
-            sent_bytes=(wire_after["sent"] - wire_before["sent"]) / steps,
-            received_bytes=(wire_after["received"] - wire_before["received"]) / steps,
-            retransmitted_bytes=(wire_after["retransmitted"] - wire_before["retransmitted"])
-            / steps,
-            sockets=wire_after["sockets"])
+            sent_bytes=(after["sent"] - before["sent"]) / steps,
+            received_bytes=(after["received"] - before["received"]) / steps,
+            retransmitted_bytes=(after["retransmitted"] - before["retransmitted"]) / steps,
+            sockets=after["sockets"])
     else:
-        result.update(counter=f"{counters.LOGICAL_COUNTER} ({wire['why']})",
+        fields.update(counter=f"{counters.LOGICAL_COUNTER} ({wire['why']})",
                       sent_bytes=result["logical_sent_bytes"],
                       received_bytes=result["logical_received_bytes"])
-    del scenario
-    dist.barrier()  # nobody tears down while a peer still needs its buffers
-    return result
+    return fields
 
 
 # The one list of scenario names; _measure_scenario builds each. The patterns lessons 06 and the
