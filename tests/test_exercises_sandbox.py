@@ -19,6 +19,7 @@ import pytest
 
 import dpcost
 from dpcost.exercises import five_functions
+from dpcost.exercises import confine
 from dpcost.exercises.sandbox import run_many, run_sandboxed
 
 
@@ -360,62 +361,51 @@ def test_hostile_pipe_writes_end_as_per_test_failures_in_check():
     assert all("malformed" in r.reason for r in report.results), report
 
 
-def sleepers_left(pid_file) -> list[int]:
-    """The recorded grandchildren still alive (zombies count as gone), after up to 5 s."""
-    records = [tuple(line.split()) for line in pid_file.read_text().splitlines()]
-    assert records, "the student function forked nothing"
-    deadline = time.monotonic() + 5
-    while True:
-        alive = []
-        for pid, created in records:
-            try:
-                process = psutil.Process(int(pid))
-                if (process.create_time() == builtins.float(created)
-                        and process.status() != psutil.STATUS_ZOMBIE):
-                    alive.append(int(pid))
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
+def sandbox_processes() -> list[int]:
+    """Processes of any sandbox's uid (confine.UID_BASE + a keeper's pid) still alive."""
+    left = []
+    for process in psutil.process_iter(["uids", "status"]):
+        try:
+            if (process.info["uids"].real >= confine.UID_BASE
+                    and process.info["status"] != psutil.STATUS_ZOMBIE):
+                left.append(process.pid)
+        except (psutil.Error, TypeError, AttributeError):
+            continue
+    return left
 
 
-def fork_sleepers(pid_file, count=3, own_group=False):
-    """Fork ``count`` children that sleep 60 s; record their pids and start times."""
+def fork_sleepers(count=3, how=""):
+    """Fork ``count`` children that sleep 60 s (in their own group or session if asked)."""
     for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            if own_group:
-                os.setpgid(0, 0)  # leave the sandbox's process group (not its session)
+        if os.fork() == 0:
+            if how == "group":
+                os.setpgid(0, 0)  # leave the sandbox's process group
+            elif how == "session":
+                os.setsid()  # and its session
             time.sleep(60)
             os._exit(0)
-        with open(pid_file, "a") as out:
-            out.write(f"{pid} {psutil.Process(pid).create_time()}\n")
+    return count
 
 
-@pytest.mark.parametrize("own_group", [False, True])
-def test_forked_grandchildren_are_killed_after_check(tmp_path, own_group):
-    pid_file = tmp_path / "pids"
-
+@pytest.mark.parametrize("how", ["", "group", "session"])
+def test_forked_grandchildren_are_killed_after_check(how):
     def dp_communication_volume(model_size_bytes, num_gpus):
-        fork_sleepers(pid_file, own_group=own_group)
+        print("forked", fork_sleepers(how=how))
         return builtins.float(0.0 if num_gpus <= 1 else 2 * (num_gpus - 1) * model_size_bytes)
 
-    assert five_functions.check(dp_communication_volume).all_passed
-    assert len(pid_file.read_text().splitlines()) == 9
-    assert sleepers_left(pid_file) == []
+    report = five_functions.check(dp_communication_volume)
+    assert report.all_passed and all(r.printed == "forked 3\n" for r in report.results), report
+    assert sandbox_processes() == []
 
 
-def test_grandchildren_are_killed_after_a_timeout_or_a_crash(tmp_path):
-    pid_file = tmp_path / "pids"
-
+def test_grandchildren_are_killed_after_a_timeout_or_a_crash():
     def fork_then_loop():
-        fork_sleepers(pid_file, count=2)
+        fork_sleepers(count=2, how="session")
         while True:
             pass
 
     def fork_then_exit():
-        fork_sleepers(pid_file, count=2)
+        fork_sleepers(count=2, how="session")
         os._exit(9)
 
     start = time.perf_counter()
@@ -423,8 +413,8 @@ def test_grandchildren_are_killed_after_a_timeout_or_a_crash(tmp_path):
     assert [o.status for o in outcomes] == ["timeout", "crashed"]
     assert "code 9" in outcomes[1].detail
     # The crash is seen when the child exits, though its children hold the pipe open.
-    assert time.perf_counter() - start < 0.5 + 2
-    assert sleepers_left(pid_file) == []
+    assert time.perf_counter() - start < 0.5 + 4
+    assert sandbox_processes() == []
 
 
 def test_submit_of_huge_return_values_keeps_little():
