@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 import dpcost
-from dpcost.exercises import five_functions
-from dpcost.exercises import confine
+import dpcost.core
+from dpcost.exercises import confine, five_functions, sandbox
 from dpcost.exercises.sandbox import run_many, run_sandboxed
 
 
@@ -436,3 +436,266 @@ def test_submit_of_huge_return_values_keeps_little():
     outcome = run_sandboxed(ddp_gpu0_memory_multiplier, 8)
     assert outcome.value is None and len(outcome.value_repr) <= 200
     assert "more than 10000 characters" in outcome.value_note
+
+
+# ---- The child cannot reach the kernel (issue 23, section 1) ----------------------------------
+# Each attack is a function a student could write; the "kernel" is a fresh Python whose stdout
+# is a file, so a write into it or a truncation would show.
+
+ATTACKS = """
+    import json, os, signal, sys
+    from dpcost import core
+    from dpcost.exercises.five_functions import check
+
+    KERNEL = os.getpid()
+    results = {}
+
+    def attack(name, fn):
+        report = check(fn)
+        results[name] = {"passed": report.passed, "total": report.total,
+                         "reasons": [r.reason for r in report.results]}
+
+    def right(P, n):
+        return 0.0 if n <= 1 else float(2 * (n - 1) * P)
+
+    def dp_communication_volume(P, n):
+        os.kill(os.getppid(), signal.SIGKILL)
+    attack("kill the parent", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        os.kill(KERNEL, signal.SIGKILL)
+    attack("kill the kernel's pid", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        for target in (KERNEL, os.getppid()):
+            try:
+                os.kill(target, signal.SIGINT)
+            except OSError:
+                pass
+        return right(P, n)
+    attack("SIGINT to the kernel", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        for target in (KERNEL, os.getppid(), 1):
+            for fd in (1, 2):
+                try:
+                    with open(f"/proc/{target}/fd/{fd}", "w") as out:
+                        out.write("STUDENT WROTE THIS\\n" * 83)
+                except OSError:
+                    pass
+        return right(P, n)
+    attack("write to /proc/<kernel>/fd/1", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        return core.dp_communication_volume(P, n)
+    attack("a wrapper around dpcost.core", dp_communication_volume)
+
+    def serve_frame():
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != "_serve":
+            frame = frame.f_back
+        return frame
+
+    def dp_communication_volume(P, n):  # forge every result with the package's answers
+        frame = serve_frame()
+        fd, first, calls = (frame.f_locals[k] for k in ("result_fd", "first", "calls"))
+        for k, (_, args, _) in enumerate(calls):
+            message = {"index": first + k, "status": "returned", "value_type": "float",
+                       "value_repr": "x", "value": core.dp_communication_volume(*args)}
+            os.write(fd, json.dumps(message).encode() + b"\\n")
+        os._exit(0)
+    attack("frame walk, results from dpcost.core", dp_communication_volume)
+
+    def dp_communication_volume(P, n):  # read the battery's expected values up the stack
+        frame = sys._getframe()
+        while frame is not None:
+            for test in frame.f_locals.get("tests", []):
+                for case in test.cases:
+                    if case.args == (P, n):
+                        return case.expect.value
+            frame = frame.f_back
+        return 0.0
+    attack("frame walk, expected values", dp_communication_volume)
+
+    def dp_communication_volume(P, n):  # patch the child's encoder to send the right value
+        namespace = serve_frame().f_globals
+        real = namespace["_encode"]
+
+        def forged(index, result):
+            result["value"] = core.dp_communication_volume(P, n)
+            return real(index, result)
+
+        namespace["_encode"] = forged
+        return 0.0
+    attack("patch sandbox._encode", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        return 0.0
+    attack("an honest 0.0", dp_communication_volume)
+
+    print(json.dumps(results))
+    print("kernel survived")
+"""
+
+
+def test_attacks_on_the_kernel_leave_it_and_its_output_untouched(tmp_path):
+    out, scratch = tmp_path / "stdout.txt", tmp_path / "tmp"
+    scratch.mkdir()
+    with open(out, "w") as stdout:
+        process = subprocess.run([sys.executable, "-c", textwrap.dedent(ATTACKS)],
+                                 stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                 timeout=KERNEL_TIMEOUT * 2, env={**os.environ,
+                                                                  "TMPDIR": str(scratch)})
+    assert process.returncode == 0, process.stderr[-2000:]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2 and lines[1] == "kernel survived", lines[:5]  # nothing else
+    assert "STUDENT" not in process.stderr
+    results = json.loads(lines[0])
+    total = results["an honest 0.0"]["total"]
+
+    def reasons(name):
+        return " | ".join(results[name]["reasons"])
+
+    assert results["kill the parent"]["passed"] == 0  # pid 1's parent is 0: nothing to kill
+    assert "got NoneType" in reasons("kill the parent")
+    assert results["kill the kernel's pid"]["passed"] == 0
+    assert "ProcessLookupError" in reasons("kill the kernel's pid") or "PermissionError" in (
+        reasons("kill the kernel's pid"))
+    for name in ("SIGINT to the kernel", "write to /proc/<kernel>/fd/1"):
+        assert results[name]["passed"] == total, results[name]  # right answers, scored right
+    assert results["a wrapper around dpcost.core"]["passed"] == 0
+    assert "is the dpcost package's: it does not run in the checker's sandbox" in reasons(
+        "a wrapper around dpcost.core")
+    assert results["frame walk, results from dpcost.core"]["passed"] == 0
+    assert results["frame walk, expected values"]["passed"] == 0  # emptied in the child
+    assert "'Test' object has no attribute 'cases'" in reasons("frame walk, expected values")
+    assert results["patch sandbox._encode"]["passed"] <= results["an honest 0.0"]["passed"]
+    assert sandbox_processes() == []
+    assert list(scratch.iterdir()) == []  # every sandbox folder removed
+
+
+INTERRUPTED = """
+    import json, sys
+    from dpcost.exercises.five_functions import check
+
+    def dp_communication_volume(P, n):
+        while True:
+            pass
+
+    print("started", flush=True)
+    try:
+        check(dp_communication_volume, timeout=60)
+        print(json.dumps({"interrupted": False}), flush=True)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": True}), flush=True)
+
+    def dp_communication_volume(P, n):
+        return 0.0 if n <= 1 else float(2 * (n - 1) * P)
+
+    report = check(dp_communication_volume)
+    print(json.dumps({"after": [report.passed, report.total]}))
+"""
+
+
+def test_sigint_during_check_cleans_up_then_raises_keyboard_interrupt(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(INTERRUPTED)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(scratch)},
+                               start_new_session=True)
+    try:
+        assert process.stdout.readline() == "started\n"
+        deadline = time.monotonic() + 20
+        while not sandbox_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sandbox_processes(), "the looping child never started"
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)  # what Jupyter's Stop button does
+        out, err = process.communicate(timeout=KERNEL_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, err[-2000:]
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0] == {"interrupted": True}
+    assert lines[1]["after"][0] == lines[1]["after"][1]  # the next check runs, all pass
+    assert sandbox_processes() == [] and list(scratch.iterdir()) == []
+
+
+def test_resource_limits_bound_memory_processes_and_files():
+    limits = sandbox.protections()["limits"]
+
+    def allocate():
+        return len(bytearray(3 * 2**30))  # beyond the 1 GiB the child may add
+
+    def fork_bomb():  # bounded, should the limit not hold: 200 sleepers at most
+        count = 0
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except BlockingIOError:
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            count += 1
+        return count
+
+    def big_file():
+        with open("big", "wb") as f:
+            f.write(b"x" * (limits["file_bytes"] + 1))
+
+    outcomes = run_many([(allocate, (), {}), (fork_bomb, (), {}), (big_file, (), {})],
+                        timeout=10)
+    assert outcomes[0].status == "raised" and outcomes[0].error_type == "MemoryError"
+    assert outcomes[1].status == "returned" and 0 < outcomes[1].value < limits["processes"]
+    assert outcomes[2].status == "raised" and "File too large" in outcomes[2].error_message
+    assert sandbox_processes() == []
+
+
+def test_the_child_runs_as_another_uid_without_the_package():
+    protections = sandbox.protections()
+
+    def inside():
+        import importlib
+
+        found = [os.getuid(), os.getppid()]
+        for name in ("dpcost.core", "dpcost"):
+            try:
+                importlib.import_module(name)
+                found.append("imported")
+            except ImportError:
+                found.append("refused")
+        sys.meta_path[:] = [f for f in sys.meta_path if "NoPackage" not in type(f).__name__]
+        try:
+            importlib.import_module("dpcost.core")
+            found.append("imported")
+        except ImportError:
+            found.append("refused")
+        try:
+            open(dpcost.core.__file__).read()
+            found.append("read")
+        except OSError:
+            found.append("hidden")
+        return found
+
+    value = run_sandboxed(inside).value
+    if os.geteuid() == 0:
+        assert protections["unprivileged_uid"] and value[0] >= confine.UID_BASE  # its own
+    if protections["pid_namespace"]:
+        assert value[1] == 0  # pid 1 of its own namespace
+    assert value[2:4] == ["refused", "refused"]
+    if protections.get("package_hidden"):
+        assert value[4:] == ["refused", "hidden"]
+
+
+def test_warnings_come_back_whole_and_apart_from_prints():
+    def overflow():
+        print("a print")
+        return np.float64(1e308) * 10
+
+    outcome = run_sandboxed(overflow)
+    assert outcome.value == builtins.float("inf") and outcome.stdout == "a print\n"
+    assert outcome.warnings == ("RuntimeWarning: overflow encountered in scalar multiply",)

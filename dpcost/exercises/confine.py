@@ -47,9 +47,11 @@ from dataclasses import dataclass
 
 UID_BASE = 1_900_000_000  # sandbox uid = UID_BASE + keeper pid: one uid per sandbox, no passwd
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (0x00020000, 0x10000000, 0x20000000,
+                                                          0x40000000)
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SETUP_TIMEOUT_S = 20.0  # the keeper and worker report within this, or the start failed
@@ -259,11 +261,12 @@ class Confined:
     # ---- in the keeper (root or not; never runs student code) -------------------------------
     def _keeper(self, setup_w, status_w, control_r, output_w, vm_size) -> None:
         os.setsid()
-        facts = {"pid_namespace": False, "user_namespace": False, "mount_namespace": False}
+        facts = {"pid_namespace": False, "user_namespace": False, "mount_namespace": False,
+                 "network_namespace": False}
         uid = os.getuid()
         root = os.geteuid() == 0
         sandbox_uid = UID_BASE + os.getpid() if root else uid
-        flags = CLONE_NEWPID | CLONE_NEWNS | (0 if root else CLONE_NEWUSER)
+        flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | (0 if root else CLONE_NEWUSER)
         try:
             _libc_call("unshare", "unshare", flags)
             if not root:
@@ -275,7 +278,8 @@ class Confined:
                 with open("/proc/self/gid_map", "w") as f:
                     f.write(f"{gid} {gid} 1")
             _libc_call("mount private", "mount", None, b"/", None, MS_REC | MS_PRIVATE, None)
-            facts.update(pid_namespace=True, mount_namespace=True, user_namespace=not root)
+            facts.update(pid_namespace=True, mount_namespace=True, network_namespace=True,
+                         user_namespace=not root)
         except OSError as exc:
             facts["namespace_error"] = str(exc)
         pid = os.fork()
@@ -291,6 +295,9 @@ class Confined:
             finally:
                 os._exit(code)
         os.close(output_w)
+        for fd in self.keep_fds:  # the worker's now: the caller sees end-of-file when it ends
+            with contextlib.suppress(OSError):
+                os.close(fd)
         _write_all(setup_w, json.dumps({"pid": pid, **facts}).encode() + b"\n")
         os.close(setup_w)
         pidfd = os.pidfd_open(pid)
@@ -317,6 +324,8 @@ class Confined:
             if facts["pid_namespace"]:
                 _libc_call("mount /proc", "mount", b"proc", b"/proc", b"proc",
                            MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            if facts["network_namespace"]:
+                _loopback_up()  # the ranks' 127.0.0.1, apart from the kernel's
             if self.hide_package and facts["mount_namespace"]:
                 import dpcost
 
@@ -341,6 +350,8 @@ class Confined:
             done["limits"] = {"address_space_bytes": vm_size + extra,
                               "processes": limits.processes, "cpu_s": limits.cpu_s,
                               "file_bytes": limits.file_bytes}
+            if root and facts["mount_namespace"]:
+                done["exposed"] = _expose(_python_paths())  # Python may live in /root
             if root:
                 os.chown(self.folder, sandbox_uid, sandbox_uid)
                 os.setgroups([])
@@ -374,6 +385,63 @@ def _redirect_fds(keep: set[int], output_fd: int) -> None:
             with contextlib.suppress(OSError):
                 os.dup2(devnull, fd)
     os.close(devnull)
+
+
+def _python_paths() -> list[str]:
+    """The folders Python imports from (the standard library, site-packages, the package)."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    return sorted({os.path.realpath(p) for p in paths})
+
+
+def _expose(paths: list[str]) -> list[str]:
+    """In the worker's mount namespace, as root: make ``paths`` reachable by another uid.
+
+    A folder on the way that others cannot enter (``/root``, mode 700, where pyenv puts Python)
+    is covered by an empty tmpfs, into which only the needed child folders are bind-mounted
+    back: the rest of that folder stays hidden. Returns the folders covered.
+    """
+    import stat
+
+    covered: list[str] = []
+    while True:
+        blocked: dict[str, set[str]] = {}  # folder others cannot enter: children needed
+        for path in paths:
+            parts = path.strip("/").split("/")
+            for depth in range(len(parts) - 1):
+                folder = "/" + "/".join(parts[:depth + 1])
+                try:
+                    mode = os.stat(folder).st_mode
+                except OSError:
+                    break
+                if not mode & stat.S_IXOTH:
+                    blocked.setdefault(folder, set()).add(parts[depth + 1])
+                    break
+        if not blocked:
+            return covered
+        for folder, children in blocked.items():
+            kept = {child: os.open(f"{folder}/{child}", os.O_PATH) for child in children
+                    if os.path.isdir(f"{folder}/{child}")}
+            _libc_call(f"cover {folder}", "mount", b"tmpfs", folder.encode(), b"tmpfs",
+                       MS_NOSUID | MS_NODEV, b"mode=755,size=64k")
+            covered.append(folder)
+            for child, fd in kept.items():
+                os.mkdir(f"{folder}/{child}")
+                _libc_call(f"expose {folder}/{child}", "mount", f"/proc/self/fd/{fd}".encode(),
+                           f"{folder}/{child}".encode(), None, MS_BIND | MS_REC, None)
+                os.close(fd)
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` of a new network namespace (it starts down): SIOCSIFFLAGS |= IFF_UP."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(probe, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
 
 
 class _CapHeader(ctypes.Structure):
@@ -421,7 +489,7 @@ def protections() -> dict:
     {"unprivileged_uid", "pid_namespace", "user_namespace", "mount_namespace": bool,
     "limits": {...}, "uid": the worker's uid}."""
     if not _PROTECTIONS:
-        sandbox = Confined(lambda: None).start()
+        sandbox = Confined(lambda: None, hide_package=True).start()
         try:
             _PROTECTIONS.update(sandbox.protections)
         finally:
