@@ -395,6 +395,7 @@ def test_forked_grandchildren_are_killed_after_check(how):
 
     report = five_functions.check(dp_communication_volume)
     assert report.all_passed and all(r.printed == "forked 3\n" for r in report.results), report
+    assert report.protections == sandbox.protections()
     assert sandbox_processes() == []
 
 

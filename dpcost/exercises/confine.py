@@ -351,7 +351,8 @@ class Confined:
                               "processes": limits.processes, "cpu_s": limits.cpu_s,
                               "file_bytes": limits.file_bytes}
             if root and facts["mount_namespace"]:
-                done["exposed"] = _expose(_python_paths())  # Python may live in /root
+                # Python may live in /root, the folder in a TMPDIR only root may enter
+                done["exposed"] = _expose(_python_paths() + [self.folder])
             if root:
                 os.chown(self.folder, sandbox_uid, sandbox_uid)
                 os.setgroups([])

@@ -32,6 +32,7 @@ from dpcost.exercises.sandbox import (
     NO_RESULT,
     Outcome,
     is_package_function,
+    protections,
     run_many,
     student_function_name,
 )
@@ -253,6 +254,7 @@ def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> R
     tests = [Test("worked example", [case]) for case in worked_examples(name)]
     report = Report(f"check({name}): worked examples", "check")
     report.results = _run_tests(fn, name, tests, timeout)
+    report.protections = protections()  # what confined the child (not shown in the table)
     return report
 
 
@@ -292,4 +294,5 @@ def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIM
                            f"{name} is not defined: run its cell first") for test in tests]
         else:
             report.results += _run_tests(fn, name, tests, timeout, max_timeouts)
+    report.protections = protections()  # what confined the children (not shown in the table)
     return report

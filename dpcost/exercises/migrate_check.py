@@ -565,8 +565,10 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run your ``train_ddp`` once on 2 gloo ranks; one row per thing a migration needs."""
     name = _name(fn)
     setting = SETTINGS[CHECK_SETTING]
-    verdict = judge(run(fn, setting, timeout), setting)
+    data = run(fn, setting, timeout)
+    verdict = judge(data, setting)
     report = Report(f"check({name}): 2 gloo ranks, {CHECK_SETTING}", "check")
+    report.protections = data["protections"]  # what confined the ranks (not in the table)
     for aspect, expected in ASPECTS:
         reason = verdict[aspect]
         report.results.append(TestResult(name, aspect, aspect, expected,
@@ -591,7 +593,9 @@ def settings_report(fn, timeout: float = DEFAULT_TIMEOUT) -> Report:
     name = "train_ddp"
     report = Report(f"submit: {name} on 2 gloo ranks, {len(SETTINGS)} settings", "submit")
     for label, setting in SETTINGS.items():
-        verdict = judge(run(fn, setting, timeout), setting)
+        data = run(fn, setting, timeout)
+        report.protections = data["protections"]  # what confined the ranks (not in the table)
+        verdict = judge(data, setting)
         for aspect, expected in ASPECTS:
             reason = verdict[aspect]
             report.results.append(TestResult(name, f"{label}: {aspect}", label, expected,

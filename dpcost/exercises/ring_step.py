@@ -29,6 +29,7 @@ from dpcost.exercises.sandbox import (
     NO_RESULT,
     Outcome,
     is_package_function,
+    protections,
     run_many,
     student_function_name,
 )
@@ -99,6 +100,7 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
         report.results.append(TestResult(name, "worked example", f"{name}({n}, {s})",
                                          str(expected), outcome.describe(), not reason, reason,
                                          outcome.stdout))
+    report.protections = protections()  # what confined the child (not shown in the table)
     return report
 
 
@@ -274,6 +276,7 @@ def simulator_report(given: dict, timeout: float = DEFAULT_TIMEOUT) -> Report:
         for category, expected, (got, reason) in judged:
             report.results.append(TestResult(label, f"n = {n}: {category}", call, expected, got,
                                              not reason, reason, outcome.stdout))
+    report.protections = protections()  # what confined the child (not shown in the table)
     return report
 
 
