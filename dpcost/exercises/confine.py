@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import select
 import shutil
 import signal
+import socket
+import stat
+import struct
 import sys
 import tempfile
 import threading
@@ -402,8 +406,6 @@ def _expose(paths: list[str]) -> list[str]:
     is covered by an empty tmpfs, into which only the needed child folders are bind-mounted
     back: the rest of that folder stays hidden. Returns the folders covered.
     """
-    import stat
-
     covered: list[str] = []
     while True:
         blocked: dict[str, set[str]] = {}  # folder others cannot enter: children needed
@@ -435,10 +437,6 @@ def _expose(paths: list[str]) -> list[str]:
 
 def _loopback_up() -> None:
     """Bring up ``lo`` of a new network namespace (it starts down): SIOCSIFFLAGS |= IFF_UP."""
-    import fcntl
-    import socket
-    import struct
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         request = struct.pack("16sh", b"lo", 0)
         flags = struct.unpack("16sh", fcntl.ioctl(probe, SIOCGIFFLAGS, request))[1]

@@ -35,6 +35,7 @@ from dpcost.exercises.sandbox import (
     protections,
     run_many,
     student_function_name,
+    withhold,
 )
 
 FUNCTION_NAMES = (
@@ -233,6 +234,7 @@ def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=No
                ) -> list[TestResult]:
     """Run every case of ``tests`` in the sandbox; one result per test (its first failure)."""
     calls = [(fn, case.args, {}) for test in tests for case in test.cases]
+    withhold(*tests, *(case for test in tests for case in test.cases))  # emptied in the child
     outcomes = iter(run_many(calls, timeout, max_timeouts))
     results = []
     for test in tests:
@@ -255,6 +257,7 @@ def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> R
     report = Report(f"check({name}): worked examples", "check")
     report.results = _run_tests(fn, name, tests, timeout)
     report.protections = protections()  # what confined the child (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report
 
 
@@ -295,4 +298,5 @@ def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIM
         else:
             report.results += _run_tests(fn, name, tests, timeout, max_timeouts)
     report.protections = protections()  # what confined the children (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report

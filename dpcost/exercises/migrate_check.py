@@ -341,15 +341,15 @@ def _launcher(fn, setting, timeout, result_fd) -> None:
     os.close(result_fd)
 
 
-@functools.lru_cache(maxsize=8)
-def _reference(setting) -> str:
-    """train_dp's result for ``setting``, computed here in the caller (never in the sandbox),
-    with the caller's random state restored after; as JSON, so callers cannot change the cache."""
+def reference_run(setting) -> dict:
+    """train_dp's parameters and batches for ``setting``, computed in the caller after the
+    sandbox has ended (so no rank's memory ever holds them; not cached, for the same reason),
+    with the caller's random state restored after. About 50 ms."""
     size, epochs, global_batch, seed = setting
     data = RecordingDataset(make_dataset(size))
     with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as folder:
         model = train_dp(data, epochs, global_batch, seed, os.path.join(folder, "reference.pt"))
-    return json.dumps({"params": _flat_params(model), "batches": data.batches})
+    return {"params": _flat_params(model), "batches": data.batches}
 
 
 # The ranks' limits: 2 ranks and DataLoader workers, each with torch's and gloo's threads.
@@ -366,13 +366,12 @@ def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -
 
     Returns {"ok": True, "reference": {...}, "ranks": {"0": {...}, "1": {...}},
     "protections": {...}} or {"ok": False, "detail": ...} when the sandbox gave no answer in
-    time. The reference is computed here; the ranks never see it. An interrupt (SIGINT) ends
-    the sandbox and everything in it, then raises KeyboardInterrupt.
+    time. The reference is computed here, afterwards; the ranks never see it. An interrupt
+    (SIGINT) ends the sandbox and everything in it, then raises KeyboardInterrupt.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     _TIMEOUT[0] = timeout
-    reference = json.loads(_reference(tuple(setting)))
     read_fd, write_fd = os.pipe()
     sandbox = confine.Confined(functools.partial(_launcher, fn, setting, timeout, write_fd),
                                LIMITS, keep_fds=[write_fd])
@@ -412,7 +411,7 @@ def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -
     except ValueError:
         data = {"ok": False, "error_type": "", "error_message": "",
                 "detail": "the checker's sandbox gave no answer (killed or stuck)"}
-    data["reference"] = reference
+    data["reference"] = reference_run(setting)
     data["protections"] = sandbox.protections
     return data
 

@@ -32,6 +32,7 @@ from dpcost.exercises.sandbox import (
     protections,
     run_many,
     student_function_name,
+    withhold,
 )
 
 PHASE_NAMES = ("reduce_scatter_sends", "all_gather_sends")
@@ -101,6 +102,7 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
                                          str(expected), outcome.describe(), not reason, reason,
                                          outcome.stdout))
     report.protections = protections()  # what confined the child (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report
 
 
@@ -277,6 +279,7 @@ def simulator_report(given: dict, timeout: float = DEFAULT_TIMEOUT) -> Report:
             report.results.append(TestResult(label, f"n = {n}: {category}", call, expected, got,
                                              not reason, reason, outcome.stdout))
     report.protections = protections()  # what confined the child (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report
 
 

@@ -14,12 +14,12 @@ What the child can and cannot reach:
   included): another uid, another PID namespace with its own ``/proc``. Every descriptor it
   inherits (ipykernel's sockets too) points at /dev/null; its stdout and stderr go to a pipe
   that the kernel reads and keeps (capped), never to the kernel's streams.
-- **Not the reference answers.** Expected values are computed in the kernel *after* the calls
-  (the exercise modules do that); in the child, before any student code runs, every function of
-  the dpcost package is disabled (calling it raises), every instance of its classes is emptied
-  (old reports, a battery's expected values), the package cannot be imported again, and where a
-  mount namespace exists its folder is hidden. Only the sandbox itself and what an exercise
-  names in ``allowed`` (the ring simulator, say) keep working there.
+- **Not the reference answers.** In the child, before any student code runs, every function of
+  the dpcost package is disabled (calling it raises), the objects the checkers gave to
+  :func:`withhold` (a battery's tests with their expected values, earlier reports) are emptied,
+  the package cannot be imported again, and where a mount namespace exists its folder is
+  hidden. Only the sandbox itself and what an exercise names in ``allowed`` (the ring
+  simulator, say) keep working there. Verdicts are made in the kernel, from plain values.
 - **Results cross as plain data only.** The child converts the returned value to None, a bool,
   an int, a float, a str, or a short list or tuple of those (numpy scalars become the Python
   number; at most :data:`MAX_ITEMS` items, :data:`MAX_DEPTH` levels), and sends it with the
@@ -43,8 +43,8 @@ that way); it keeps working in the child.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
-import gc
 import io
 import json
 import math
@@ -55,6 +55,7 @@ import sys
 import time
 import types
 import warnings
+import weakref
 from dataclasses import dataclass
 
 from dpcost.exercises import confine
@@ -326,13 +327,24 @@ def _disable(function) -> None:
         _disable(wrapped)
 
 
+_WITHHELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id: object
+
+
+def withhold(*objects) -> None:
+    """Objects that hold expected values (a battery's tests, a report and its results): the
+    child empties them (``vars(obj).clear()``) before student code runs. Registering them is
+    cheaper than searching the child's memory for them, which copies every page it touches."""
+    for obj in objects:
+        _WITHHELD[id(obj)] = obj
+
+
 def withdraw_package(allowed=(), refused=()) -> None:
     """In the child, before student code runs: the dpcost package stops working, except the
     sandbox and ``allowed`` (module names, or functions).
 
-    Every function and method defined in a dpcost module is disabled, every instance of a
-    dpcost class emptied (a battery's expected values, earlier reports), and the package cannot
-    be imported again. ``refused`` functions are disabled even in an allowed module.
+    Every function and method defined in a dpcost module is disabled (the checkers' formulas
+    too), every object given to :func:`withhold` is emptied, and the package cannot be
+    imported again. ``refused`` functions are disabled even in an allowed module.
     """
     modules = set(_ALWAYS_ALLOWED) | {a for a in allowed if isinstance(a, str)}
     kept = {id(a) for a in allowed if not isinstance(a, str)}
@@ -353,7 +365,6 @@ def withdraw_package(allowed=(), refused=()) -> None:
         elif callable(value):
             _disable(value)
 
-    classes = set()  # whose instances to empty
     for name, module in list(sys.modules.items()):
         if module is None or not (name == PACKAGE or name.startswith(PACKAGE + ".")):
             continue
@@ -361,15 +372,10 @@ def withdraw_package(allowed=(), refused=()) -> None:
             for value in list(vars(module).values()):
                 if getattr(value, "__module__", None) == name:
                     disable(value)
-                    if isinstance(value, type):
-                        classes.add(value)
         del sys.modules[name]
-    for obj in gc.get_objects():
-        if type(obj) in classes and id(obj) not in kept:
-            try:
-                vars(obj).clear()
-            except TypeError:  # no __dict__ (slots)
-                pass
+    for obj in list(_WITHHELD.values()):  # a battery's tests, earlier reports
+        with contextlib.suppress(TypeError):
+            vars(obj).clear()
     for function in refused:
         _disable(function)
     sys.meta_path.insert(0, _NoPackage())
