@@ -4,6 +4,7 @@ import builtins
 import fcntl
 import json
 import os
+import select
 import signal
 import stat
 import struct
@@ -700,3 +701,30 @@ def test_warnings_come_back_whole_and_apart_from_prints():
     outcome = run_sandboxed(overflow)
     assert outcome.value == builtins.float("inf") and outcome.stdout == "a print\n"
     assert outcome.warnings == ("RuntimeWarning: overflow encountered in scalar multiply",)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sweep by uid needs root")
+def test_without_namespaces_another_uid_and_a_sweep_still_hold():
+    def target():  # the worker, without namespaces: the keeper is its parent, as root
+        try:
+            os.kill(os.getppid(), 0)
+            verdict = "reached"
+        except PermissionError:
+            verdict = "refused"
+        fork_sleepers(count=2, how="session")
+        os.write(1, f"{verdict}\n".encode())
+        time.sleep(60)
+
+    sandbox_ = confine.Confined(target, namespaces=False).start()
+    try:
+        assert not sandbox_.protections["pid_namespace"], sandbox_.protections
+        assert sandbox_.protections["unprivileged_uid"]
+        output, deadline = b"", time.monotonic() + 20
+        while not output.endswith(b"\n") and time.monotonic() < deadline:
+            if select.select([sandbox_.output_fd], [], [], 0.1)[0]:
+                output += os.read(sandbox_.output_fd, 100)
+        assert output == b"refused\n"
+        assert len(sandbox_processes()) == 3  # the worker and two sleepers in new sessions
+    finally:
+        sandbox_.stop()
+    assert sandbox_processes() == []

@@ -131,11 +131,13 @@ class Confined:
 
     keep_fds: descriptors of the caller's that the worker keeps (say, a result pipe's writing
     end); hide_package: mount an empty folder over the dpcost package's folder in the worker;
-    every other inherited descriptor points at /dev/null there.
+    every other inherited descriptor points at /dev/null there; namespaces=False: do not try
+    them (what a system without them gets; the tests use it).
     """
 
-    def __init__(self, target, limits: Limits = Limits(), *, keep_fds=(), hide_package=False):
-        self.target, self.limits = target, limits
+    def __init__(self, target, limits: Limits = Limits(), *, keep_fds=(), hide_package=False,
+                 namespaces=True):
+        self.target, self.limits, self.namespaces = target, limits, namespaces
         self.keep_fds, self.hide_package = tuple(keep_fds), hide_package
         self.keeper_pid = self.pid = None
         self.pidfd = -1  # the worker's (not our child: the keeper's)
@@ -272,6 +274,8 @@ class Confined:
         sandbox_uid = UID_BASE + os.getpid() if root else uid
         flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | (0 if root else CLONE_NEWUSER)
         try:
+            if not self.namespaces:
+                raise OSError(0, "namespaces not asked for")
             _libc_call("unshare", "unshare", flags)
             if not root:
                 gid = os.getgid()
@@ -325,6 +329,7 @@ class Confined:
     def _worker(self, setup_w, output_w, root, sandbox_uid, vm_size, facts) -> None:
         done = {"uid": os.getuid()}
         try:
+            os.setsid()  # a session of its own: the sweep's handle where no namespace is
             if facts["pid_namespace"]:
                 _libc_call("mount /proc", "mount", b"proc", b"/proc", b"proc",
                            MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
@@ -345,14 +350,17 @@ class Confined:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
             limits = self.limits
             extra = limits.address_space_extra_bytes
+            # Tasks are counted per uid: limit them only where the uid counts the sandbox alone.
+            own_uid = root or facts["user_namespace"]
             for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", limits.file_bytes),
                                 ("RLIMIT_CPU", limits.cpu_s),
                                 ("RLIMIT_AS", vm_size + extra if vm_size else -1),
-                                ("RLIMIT_NPROC", limits.processes)):
+                                ("RLIMIT_NPROC", limits.processes if own_uid else -1)):
                 if value >= 0:
                     resource.setrlimit(getattr(resource, name), (value, value))
             done["limits"] = {"address_space_bytes": vm_size + extra,
-                              "processes": limits.processes, "cpu_s": limits.cpu_s,
+                              "processes": limits.processes if own_uid else None,
+                              "cpu_s": limits.cpu_s,
                               "file_bytes": limits.file_bytes}
             if root and facts["mount_namespace"]:
                 # Python may live in /root, the folder in a TMPDIR only root may enter
