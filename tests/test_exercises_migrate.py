@@ -15,7 +15,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from dpcost.exercises import confine
 from dpcost.exercises import migrate_check as mc
 from dpcost.exercises.migrate_check import ShuffleEachEpoch, make_model
 
@@ -167,9 +166,11 @@ def test_hints_one_at_a_time(capsys):
 
 # ---- Attacks and loaders (issue 23, section 1; issue 22, section 2) ---------------------------
 
-def sandbox_processes() -> list[int]:
+def sandbox_processes(uid: int) -> list[int]:
+    """Processes of the sandbox's ``uid`` still alive (only that sandbox's: other tests may
+    run sandboxes meanwhile)."""
     return [p.pid for p in psutil.process_iter(["uids", "status"])
-            if p.info["uids"] and p.info["uids"].real >= confine.UID_BASE
+            if p.info["uids"] and p.info["uids"].real == uid
             and p.info["status"] != psutil.STATUS_ZOMBIE]
 
 
@@ -240,34 +241,37 @@ def root_cause_on_rank_1(dataset, epochs=2, global_batch=8, seed=0, checkpoint="
 
 def test_a_forged_report_and_a_killed_parent_score_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the sandbox's folder goes
-    v = failing(verdict_of(forger))
-    assert "rank 0 returned a NoneType" in v["runs"], v
+    v, uid = verdict_of(forger)
+    assert "rank 0 returned a NoneType" in failing(v)["runs"], v
     assert list(tmp_path.iterdir()) == []  # its folder is gone
-    assert sandbox_processes() == []
+    assert sandbox_processes(uid) == []
 
 
 def verdict_of(fn, timeout=mc.DEFAULT_TIMEOUT):
+    """(the verdict, the sandbox's uid) of one run of ``fn``."""
     before = children()
     data = mc.run(fn, SETTING, timeout)
     json.dumps(data)
     assert children() - before == set()
-    return mc.judge(data, SETTING)
+    return mc.judge(data, SETTING), data["protections"]["uid"]
 
 
 def test_a_setsid_grandchild_holding_the_pipe_neither_stretches_nor_survives():
     started = time.monotonic()
-    assert failing(verdict_of(setsid_holder)) == {}
+    v, uid = verdict_of(setsid_holder)
+    assert failing(v) == {}
     assert time.monotonic() - started < 15  # not the timeout plus 30 s
-    assert sandbox_processes() == []
+    assert sandbox_processes(uid) == []
 
 
 def test_num_workers_2_is_graded_by_what_each_rank_read():
-    assert failing(verdict_of(with_workers)) == {}
-    assert sandbox_processes() == []
+    v, uid = verdict_of(with_workers)
+    assert failing(v) == {}
+    assert sandbox_processes(uid) == []
 
 
 def test_the_first_error_in_time_comes_first():
-    runs = failing(verdict_of(root_cause_on_rank_1))["runs"]
+    runs = failing(verdict_of(root_cause_on_rank_1)[0])["runs"]
     assert runs.startswith("rank 1 raised ValueError: the root cause"), runs
     assert "; then rank 0 " in runs, runs
 

@@ -362,17 +362,51 @@ def test_hostile_pipe_writes_end_as_per_test_failures_in_check():
     assert all("malformed" in r.reason for r in report.results), report
 
 
-def sandbox_processes() -> list[int]:
-    """Processes of any sandbox's uid (confine.UID_BASE + a keeper's pid) still alive."""
+def sandbox_processes(uids) -> list[int]:
+    """Processes of the sandboxes' ``uids`` (``confine.UID_BASE`` + a keeper's pid) still
+    alive. Only the sandboxes a test started: other tests may run sandboxes meanwhile."""
     left = []
     for process in psutil.process_iter(["uids", "status"]):
         try:
-            if (process.info["uids"].real >= confine.UID_BASE
+            if (process.info["uids"].real in uids
                     and process.info["status"] != psutil.STATUS_ZOMBIE):
                 left.append(process.pid)
         except (psutil.Error, TypeError, AttributeError):
             continue
     return left
+
+
+@pytest.fixture
+def started_uids(monkeypatch) -> list[int]:
+    """The uids of the sandboxes this test starts, in order."""
+    uids = []
+    real_start = confine.Confined._start
+
+    def start(self):
+        real_start(self)
+        uids.append(self.protections["uid"])
+
+    monkeypatch.setattr(confine.Confined, "_start", start)
+    return uids
+
+
+# Prepended to a "kernel" script: the kernel prints each sandbox's uid as it starts one.
+RECORD_UIDS = """
+    from dpcost.exercises import confine as _confine
+
+    _real_start = _confine.Confined._start
+
+    def _start(self):
+        _real_start(self)
+        print("sandbox uid", self.protections["uid"], flush=True)
+
+    _confine.Confined._start = _start
+"""
+
+
+def printed_uids(text: str) -> list[int]:
+    return [int(line.split()[-1]) for line in text.splitlines()
+            if line.startswith("sandbox uid ")]
 
 
 def fork_sleepers(count=3, how=""):
@@ -389,7 +423,7 @@ def fork_sleepers(count=3, how=""):
 
 
 @pytest.mark.parametrize("how", ["", "group", "session"])
-def test_forked_grandchildren_are_killed_after_check(how):
+def test_forked_grandchildren_are_killed_after_check(how, started_uids):
     def dp_communication_volume(model_size_bytes, num_gpus):
         print("forked", fork_sleepers(how=how))
         return builtins.float(0.0 if num_gpus <= 1 else 2 * (num_gpus - 1) * model_size_bytes)
@@ -397,10 +431,10 @@ def test_forked_grandchildren_are_killed_after_check(how):
     report = five_functions.check(dp_communication_volume)
     assert report.all_passed and all(r.printed == "forked 3\n" for r in report.results), report
     assert report.protections == sandbox.protections()
-    assert sandbox_processes() == []
+    assert started_uids and sandbox_processes(started_uids) == []
 
 
-def test_grandchildren_are_killed_after_a_timeout_or_a_crash():
+def test_grandchildren_are_killed_after_a_timeout_or_a_crash(started_uids):
     def fork_then_loop():
         fork_sleepers(count=2, how="session")
         while True:
@@ -416,7 +450,7 @@ def test_grandchildren_are_killed_after_a_timeout_or_a_crash():
     assert "code 9" in outcomes[1].detail
     # The crash is seen when the child exits, though its children hold the pipe open.
     assert time.perf_counter() - start < 0.5 + 4
-    assert sandbox_processes() == []
+    assert len(started_uids) == 2 and sandbox_processes(started_uids) == []
 
 
 def test_submit_of_huge_return_values_keeps_little():
@@ -553,12 +587,14 @@ def test_attacks_on_the_kernel_leave_it_and_its_output_untouched(tmp_path):
     out, scratch = tmp_path / "stdout.txt", tmp_path / "tmp"
     scratch.mkdir()
     with open(out, "w") as stdout:
-        process = subprocess.run([sys.executable, "-c", textwrap.dedent(ATTACKS)],
+        script = textwrap.dedent(RECORD_UIDS) + textwrap.dedent(ATTACKS)
+        process = subprocess.run([sys.executable, "-c", script],
                                  stdout=stdout, stderr=subprocess.PIPE, text=True,
                                  timeout=KERNEL_TIMEOUT * 2, env={**os.environ,
                                                                   "TMPDIR": str(scratch)})
     assert process.returncode == 0, process.stderr[-2000:]
-    lines = out.read_text().splitlines()
+    uids = printed_uids(out.read_text())
+    lines = [line for line in out.read_text().splitlines() if not line.startswith("sandbox uid")]
     assert len(lines) == 2 and lines[1] == "kernel survived", lines[:5]  # nothing else
     assert "STUDENT" not in process.stderr
     results = json.loads(lines[0])
@@ -582,7 +618,7 @@ def test_attacks_on_the_kernel_leave_it_and_its_output_untouched(tmp_path):
     assert "'Test' object has no attribute 'cases'" in reasons("frame walk, expected values")
     assert results["gc search, expected values"] == results["an honest 0.0"]  # found nothing
     assert results["patch sandbox._encode"]["passed"] <= results["an honest 0.0"]["passed"]
-    assert sandbox_processes() == []
+    assert len(uids) >= len(results) and sandbox_processes(uids) == []
     assert list(scratch.iterdir()) == []  # every sandbox folder removed
 
 
@@ -612,16 +648,14 @@ INTERRUPTED = """
 def test_sigint_during_check_cleans_up_then_raises_keyboard_interrupt(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(INTERRUPTED)],
+    script = textwrap.dedent(RECORD_UIDS) + textwrap.dedent(INTERRUPTED)
+    process = subprocess.Popen([sys.executable, "-c", script],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(scratch)},
                                start_new_session=True)
     try:
         assert process.stdout.readline() == "started\n"
-        deadline = time.monotonic() + 20
-        while not sandbox_processes() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert sandbox_processes(), "the looping child never started"
+        uid = printed_uids(process.stdout.readline())[0]  # the looping child has started
         time.sleep(0.2)
         process.send_signal(signal.SIGINT)  # what Jupyter's Stop button does
         out, err = process.communicate(timeout=KERNEL_TIMEOUT)
@@ -630,13 +664,14 @@ def test_sigint_during_check_cleans_up_then_raises_keyboard_interrupt(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
     assert process.returncode == 0, err[-2000:]
-    lines = [json.loads(line) for line in out.splitlines()]
+    uids = [uid, *printed_uids(out)]
+    lines = [json.loads(line) for line in out.splitlines() if not line.startswith("sandbox")]
     assert lines[0] == {"interrupted": True}
     assert lines[1]["after"][0] == lines[1]["after"][1]  # the next check runs, all pass
-    assert sandbox_processes() == [] and list(scratch.iterdir()) == []
+    assert sandbox_processes(uids) == [] and list(scratch.iterdir()) == []
 
 
-def test_resource_limits_bound_memory_processes_and_files():
+def test_resource_limits_bound_memory_processes_and_files(started_uids):
     limits = sandbox.protections()["limits"]
 
     def allocate():
@@ -664,7 +699,7 @@ def test_resource_limits_bound_memory_processes_and_files():
     assert outcomes[0].status == "raised" and outcomes[0].error_type == "MemoryError"
     assert outcomes[1].status == "returned" and 0 < outcomes[1].value < limits["processes"]
     assert outcomes[2].status == "raised" and "File too large" in outcomes[2].error_message
-    assert sandbox_processes() == []
+    assert sandbox_processes(started_uids) == []
 
 
 def test_the_child_runs_as_another_uid_without_the_package():
@@ -726,6 +761,7 @@ def test_without_namespaces_another_uid_and_a_sweep_still_hold():
         time.sleep(60)
 
     sandbox_ = confine.Confined(target, namespaces=False).start()
+    uids = [sandbox_.protections["uid"]]
     try:
         assert not sandbox_.protections["pid_namespace"], sandbox_.protections
         assert sandbox_.protections["unprivileged_uid"]
@@ -734,7 +770,7 @@ def test_without_namespaces_another_uid_and_a_sweep_still_hold():
             if select.select([sandbox_.output_fd], [], [], 0.1)[0]:
                 output += os.read(sandbox_.output_fd, 100)
         assert output == b"refused\n"
-        assert len(sandbox_processes()) == 3  # the worker and two sleepers in new sessions
+        assert len(sandbox_processes(uids)) == 3  # the worker, two sleepers in new sessions
     finally:
         sandbox_.stop()
-    assert sandbox_processes() == []
+    assert sandbox_processes(uids) == []
