@@ -467,18 +467,27 @@ def _drop_capabilities() -> None:
 
 def _sweep(worker_pid: int, uid: int | None) -> None:
     """Without a PID namespace: kill the worker's session and, where the sandbox has a uid of
-    its own, every process of that uid (a new session does not escape that)."""
-    for _ in range(3):  # a process may fork while we look
+    its own, every process of that uid (a new session does not escape that); return once none
+    is left but zombies (at most 2 s: a process may fork while we look)."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        found = False
         for pid in _processes():
             try:
-                with open(f"/proc/{pid}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
+                with open(f"/proc/{pid}/stat", "rb") as stat_file:
+                    fields = stat_file.read().rsplit(b")", 1)[1].split()
                 owner = os.stat(f"/proc/{pid}").st_uid
             except (OSError, IndexError):
                 continue
-            if fields[3] == str(worker_pid).encode() or (uid is not None and owner == uid):
+            # After "(comm)": state, ppid, pgrp, session.
+            if fields[0] != b"Z" and (fields[3] == str(worker_pid).encode()
+                                      or (uid is not None and owner == uid)):
+                found = True
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.01)
 
 
 def _processes() -> list[int]:
