@@ -324,6 +324,7 @@ class Confined:
         os.waitpid(pid, 0)  # in a PID namespace: returns once every process in it is gone
         if not facts["pid_namespace"]:
             _sweep(pid, sandbox_uid if root else None)
+        shutil.rmtree(self.folder, ignore_errors=True)  # also when the caller was killed
 
     # ---- in the worker (pid 1 of the namespace; runs the target) ----------------------------
     def _worker(self, setup_w, output_w, root, sandbox_uid, vm_size, facts) -> None:
