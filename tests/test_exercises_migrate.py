@@ -3,6 +3,7 @@ words, exceptions, hangs and dying ranks are reported, results are JSON, nothing
 
 import json
 import os
+import tempfile
 import time
 
 import psutil
@@ -161,3 +162,124 @@ def test_hints_one_at_a_time(capsys):
     assert box.revealed == 4 and box.children[0].disabled
     for text in mc.HINTS:
         assert "def " not in text and "\n" not in text and "for x" not in text
+
+
+# ---- Attacks and loaders (issue 23, section 1; issue 22, section 2) ---------------------------
+
+def sandbox_processes(uid: int) -> list[int]:
+    """Processes of the sandbox's ``uid`` still alive (only that sandbox's: other tests may
+    run sandboxes meanwhile)."""
+    return [p.pid for p in psutil.process_iter(["uids", "status"])
+            if p.info["uids"] and p.info["uids"].real == uid
+            and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+def forger(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+    """Writes a made-up report to every pipe it can find, and kills its parent."""
+    report = {"ok": True, "ranks": {str(r): {"rank": r, "status": "returned", "params": [0.0],
+                                             "batches": [[0]], "saves": 1 - r,
+                                             "left_initialized": False} for r in range(2)}}
+    for fd in range(3, 64):
+        try:
+            os.write(fd, json.dumps(report).encode())
+        except OSError:
+            pass
+    for target in (os.getppid(), 1):
+        try:
+            os.kill(target, 9)
+        except OSError:
+            pass
+    return None
+
+
+def setsid_holder(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+    """A right migration that leaves a grandchild in a session of its own, holding the pipes."""
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(120)
+        os._exit(0)
+    return migration()(dataset, epochs, global_batch, seed, checkpoint)
+
+
+def with_workers(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+    """A right migration whose DataLoader reads in 2 worker processes."""
+    dist.init_process_group("gloo")
+    try:
+        torch.manual_seed(seed)
+        model = make_model()
+        ddp = DDP(model)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        sampler = DistributedSampler(dataset, seed=seed)
+        loader = DataLoader(dataset, batch_size=global_batch // dist.get_world_size(),
+                            sampler=sampler, num_workers=2)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = F.cross_entropy(ddp(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), checkpoint)
+        dist.barrier()
+        return model
+    finally:
+        dist.destroy_process_group()
+
+
+def root_cause_on_rank_1(dataset, epochs=2, global_batch=8, seed=0, checkpoint="c.pt"):
+    """Rank 1 fails first (the root cause); rank 0 then fails in a collective, later."""
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        raise ValueError("the root cause")
+    try:
+        dist.barrier()  # fails once rank 1 has gone: "Connection closed by peer" or the like
+    finally:
+        time.sleep(0.2)
+    raise RuntimeError("rank 0 never gets here")
+
+
+def test_a_forged_report_and_a_killed_parent_score_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the sandbox's folder goes
+    v, uid = verdict_of(forger)
+    assert "rank 0 returned a NoneType" in failing(v)["runs"], v
+    assert list(tmp_path.iterdir()) == []  # its folder is gone
+    assert sandbox_processes(uid) == []
+
+
+def verdict_of(fn, timeout=mc.DEFAULT_TIMEOUT):
+    """(the verdict, the sandbox's uid) of one run of ``fn``."""
+    before = children()
+    data = mc.run(fn, SETTING, timeout)
+    json.dumps(data)
+    assert children() - before == set()
+    return mc.judge(data, SETTING), data["protections"]["uid"]
+
+
+def test_a_setsid_grandchild_holding_the_pipe_neither_stretches_nor_survives():
+    started = time.monotonic()
+    v, uid = verdict_of(setsid_holder)
+    assert failing(v) == {}
+    assert time.monotonic() - started < 15  # not the timeout plus 30 s
+    assert sandbox_processes(uid) == []
+
+
+def test_num_workers_2_is_graded_by_what_each_rank_read():
+    v, uid = verdict_of(with_workers)
+    assert failing(v) == {}
+    assert sandbox_processes(uid) == []
+
+
+def test_the_first_error_in_time_comes_first():
+    runs = failing(verdict_of(root_cause_on_rank_1)[0])["runs"]
+    assert runs.startswith("rank 1 raised ValueError: the root cause"), runs
+    assert "; then rank 0 " in runs, runs
+
+
+def test_the_ranks_run_confined():
+    data = mc.run(migration(), SETTING)
+    protections = data["protections"]
+    assert protections["pid_namespace"] and protections["network_namespace"]
+    if os.geteuid() == 0:
+        assert protections["unprivileged_uid"]
+    assert protections["limits"]["processes"] == mc.LIMITS.processes

@@ -4,6 +4,7 @@ import builtins
 import fcntl
 import json
 import os
+import select
 import signal
 import stat
 import struct
@@ -18,7 +19,8 @@ import psutil
 import pytest
 
 import dpcost
-from dpcost.exercises import five_functions
+import dpcost.core
+from dpcost.exercises import confine, five_functions, sandbox
 from dpcost.exercises.sandbox import run_many, run_sandboxed
 
 
@@ -360,62 +362,86 @@ def test_hostile_pipe_writes_end_as_per_test_failures_in_check():
     assert all("malformed" in r.reason for r in report.results), report
 
 
-def sleepers_left(pid_file) -> list[int]:
-    """The recorded grandchildren still alive (zombies count as gone), after up to 5 s."""
-    records = [tuple(line.split()) for line in pid_file.read_text().splitlines()]
-    assert records, "the student function forked nothing"
-    deadline = time.monotonic() + 5
-    while True:
-        alive = []
-        for pid, created in records:
-            try:
-                process = psutil.Process(int(pid))
-                if (process.create_time() == builtins.float(created)
-                        and process.status() != psutil.STATUS_ZOMBIE):
-                    alive.append(int(pid))
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
+def sandbox_processes(uids) -> list[int]:
+    """Processes of the sandboxes' ``uids`` (``confine.UID_BASE`` + a keeper's pid) still
+    alive. Only the sandboxes a test started: other tests may run sandboxes meanwhile."""
+    left = []
+    for process in psutil.process_iter(["uids", "status"]):
+        try:
+            if (process.info["uids"].real in uids
+                    and process.info["status"] != psutil.STATUS_ZOMBIE):
+                left.append(process.pid)
+        except (psutil.Error, TypeError, AttributeError):
+            continue
+    return left
 
 
-def fork_sleepers(pid_file, count=3, own_group=False):
-    """Fork ``count`` children that sleep 60 s; record their pids and start times."""
+@pytest.fixture
+def started_uids(monkeypatch) -> list[int]:
+    """The uids of the sandboxes this test starts, in order."""
+    uids = []
+    real_start = confine.Confined._start
+
+    def start(self):
+        real_start(self)
+        uids.append(self.protections["uid"])
+
+    monkeypatch.setattr(confine.Confined, "_start", start)
+    return uids
+
+
+# Prepended to a "kernel" script: the kernel prints each sandbox's uid as it starts one.
+RECORD_UIDS = """
+    from dpcost.exercises import confine as _confine
+
+    _real_start = _confine.Confined._start
+
+    def _start(self):
+        _real_start(self)
+        print("sandbox uid", self.protections["uid"], flush=True)
+
+    _confine.Confined._start = _start
+"""
+
+
+def printed_uids(text: str) -> list[int]:
+    return [int(line.split()[-1]) for line in text.splitlines()
+            if line.startswith("sandbox uid ")]
+
+
+def fork_sleepers(count=3, how=""):
+    """Fork ``count`` children that sleep 60 s (in their own group or session if asked)."""
     for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            if own_group:
-                os.setpgid(0, 0)  # leave the sandbox's process group (not its session)
+        if os.fork() == 0:
+            if how == "group":
+                os.setpgid(0, 0)  # leave the sandbox's process group
+            elif how == "session":
+                os.setsid()  # and its session
             time.sleep(60)
             os._exit(0)
-        with open(pid_file, "a") as out:
-            out.write(f"{pid} {psutil.Process(pid).create_time()}\n")
+    return count
 
 
-@pytest.mark.parametrize("own_group", [False, True])
-def test_forked_grandchildren_are_killed_after_check(tmp_path, own_group):
-    pid_file = tmp_path / "pids"
-
+@pytest.mark.parametrize("how", ["", "group", "session"])
+def test_forked_grandchildren_are_killed_after_check(how, started_uids):
     def dp_communication_volume(model_size_bytes, num_gpus):
-        fork_sleepers(pid_file, own_group=own_group)
+        print("forked", fork_sleepers(how=how))
         return builtins.float(0.0 if num_gpus <= 1 else 2 * (num_gpus - 1) * model_size_bytes)
 
-    assert five_functions.check(dp_communication_volume).all_passed
-    assert len(pid_file.read_text().splitlines()) == 9
-    assert sleepers_left(pid_file) == []
+    report = five_functions.check(dp_communication_volume)
+    assert report.all_passed and all(r.printed == "forked 3\n" for r in report.results), report
+    assert report.protections == sandbox.protections()
+    assert started_uids and sandbox_processes(started_uids) == []
 
 
-def test_grandchildren_are_killed_after_a_timeout_or_a_crash(tmp_path):
-    pid_file = tmp_path / "pids"
-
+def test_grandchildren_are_killed_after_a_timeout_or_a_crash(started_uids):
     def fork_then_loop():
-        fork_sleepers(pid_file, count=2)
+        fork_sleepers(count=2, how="session")
         while True:
             pass
 
     def fork_then_exit():
-        fork_sleepers(pid_file, count=2)
+        fork_sleepers(count=2, how="session")
         os._exit(9)
 
     start = time.perf_counter()
@@ -423,8 +449,8 @@ def test_grandchildren_are_killed_after_a_timeout_or_a_crash(tmp_path):
     assert [o.status for o in outcomes] == ["timeout", "crashed"]
     assert "code 9" in outcomes[1].detail
     # The crash is seen when the child exits, though its children hold the pipe open.
-    assert time.perf_counter() - start < 0.5 + 2
-    assert sleepers_left(pid_file) == []
+    assert time.perf_counter() - start < 0.5 + 4
+    assert len(started_uids) == 2 and sandbox_processes(started_uids) == []
 
 
 def test_submit_of_huge_return_values_keeps_little():
@@ -446,3 +472,305 @@ def test_submit_of_huge_return_values_keeps_little():
     outcome = run_sandboxed(ddp_gpu0_memory_multiplier, 8)
     assert outcome.value is None and len(outcome.value_repr) <= 200
     assert "more than 10000 characters" in outcome.value_note
+
+
+# ---- The child cannot reach the kernel (issue 23, section 1) ----------------------------------
+# Each attack is a function a student could write; the "kernel" is a fresh Python whose stdout
+# is a file, so a write into it or a truncation would show.
+
+ATTACKS = """
+    import json, os, signal, sys
+    from dpcost import core
+    from dpcost.exercises.five_functions import check
+
+    KERNEL = os.getpid()
+    results = {}
+
+    def attack(name, fn):
+        report = check(fn)
+        results[name] = {"passed": report.passed, "total": report.total,
+                         "reasons": [r.reason for r in report.results]}
+
+    def right(P, n):
+        return 0.0 if n <= 1 else float(2 * (n - 1) * P)
+
+    def dp_communication_volume(P, n):
+        os.kill(os.getppid(), signal.SIGKILL)
+    attack("kill the parent", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        os.kill(KERNEL, signal.SIGKILL)
+    attack("kill the kernel's pid", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        for target in (KERNEL, os.getppid()):
+            try:
+                os.kill(target, signal.SIGINT)
+            except OSError:
+                pass
+        return right(P, n)
+    attack("SIGINT to the kernel", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        for target in (KERNEL, os.getppid(), 1):
+            for fd in (1, 2):
+                try:
+                    with open(f"/proc/{target}/fd/{fd}", "w") as out:
+                        out.write("STUDENT WROTE THIS\\n" * 83)
+                except OSError:
+                    pass
+        return right(P, n)
+    attack("write to /proc/<kernel>/fd/1", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        return core.dp_communication_volume(P, n)
+    attack("a wrapper around dpcost.core", dp_communication_volume)
+
+    def serve_frame():
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != "_serve":
+            frame = frame.f_back
+        return frame
+
+    def dp_communication_volume(P, n):  # forge every result with the package's answers
+        frame = serve_frame()
+        fd, first, calls = (frame.f_locals[k] for k in ("result_fd", "first", "calls"))
+        for k, (_, args, _) in enumerate(calls):
+            message = {"index": first + k, "status": "returned", "value_type": "float",
+                       "value_repr": "x", "value": core.dp_communication_volume(*args)}
+            os.write(fd, json.dumps(message).encode() + b"\\n")
+        os._exit(0)
+    attack("frame walk, results from dpcost.core", dp_communication_volume)
+
+    def dp_communication_volume(P, n):  # read the battery's expected values up the stack
+        frame = sys._getframe()
+        while frame is not None:
+            for test in frame.f_locals.get("tests", []):
+                for case in test.cases:
+                    if case.args == (P, n):
+                        return case.expect.value
+            frame = frame.f_back
+        return 0.0
+    attack("frame walk, expected values", dp_communication_volume)
+
+    def dp_communication_volume(P, n):  # search the child's whole memory for them
+        import gc
+        for obj in gc.get_objects():
+            if type(obj).__name__ in ("Case", "TestResult") and (
+                    getattr(obj, "args", None) == (P, n) or getattr(obj, "expected", None)):
+                return float(getattr(obj, "expected", None) or obj.expect.value)
+        return 0.0
+    attack("gc search, expected values", dp_communication_volume)
+
+    def dp_communication_volume(P, n):  # patch the child's encoder to send the right value
+        namespace = serve_frame().f_globals
+        real = namespace["_encode"]
+
+        def forged(index, result):
+            result["value"] = core.dp_communication_volume(P, n)
+            return real(index, result)
+
+        namespace["_encode"] = forged
+        return 0.0
+    attack("patch sandbox._encode", dp_communication_volume)
+
+    def dp_communication_volume(P, n):
+        return 0.0
+    attack("an honest 0.0", dp_communication_volume)
+
+    print(json.dumps(results))
+    print("kernel survived")
+"""
+
+
+def test_attacks_on_the_kernel_leave_it_and_its_output_untouched(tmp_path):
+    out, scratch = tmp_path / "stdout.txt", tmp_path / "tmp"
+    scratch.mkdir()
+    with open(out, "w") as stdout:
+        script = textwrap.dedent(RECORD_UIDS) + textwrap.dedent(ATTACKS)
+        process = subprocess.run([sys.executable, "-c", script],
+                                 stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                 timeout=KERNEL_TIMEOUT * 2, env={**os.environ,
+                                                                  "TMPDIR": str(scratch)})
+    assert process.returncode == 0, process.stderr[-2000:]
+    uids = printed_uids(out.read_text())
+    lines = [line for line in out.read_text().splitlines() if not line.startswith("sandbox uid")]
+    assert len(lines) == 2 and lines[1] == "kernel survived", lines[:5]  # nothing else
+    assert "STUDENT" not in process.stderr
+    results = json.loads(lines[0])
+    total = results["an honest 0.0"]["total"]
+
+    def reasons(name):
+        return " | ".join(results[name]["reasons"])
+
+    assert results["kill the parent"]["passed"] == 0  # pid 1's parent is 0: nothing to kill
+    assert "got NoneType" in reasons("kill the parent")
+    assert results["kill the kernel's pid"]["passed"] == 0
+    assert "ProcessLookupError" in reasons("kill the kernel's pid") or "PermissionError" in (
+        reasons("kill the kernel's pid"))
+    for name in ("SIGINT to the kernel", "write to /proc/<kernel>/fd/1"):
+        assert results[name]["passed"] == total, results[name]  # right answers, scored right
+    assert results["a wrapper around dpcost.core"]["passed"] == 0
+    assert "is the dpcost package's: it does not run in the checker's sandbox" in reasons(
+        "a wrapper around dpcost.core")
+    assert results["frame walk, results from dpcost.core"]["passed"] == 0
+    assert results["frame walk, expected values"]["passed"] == 0  # emptied in the child
+    assert "'Test' object has no attribute 'cases'" in reasons("frame walk, expected values")
+    assert results["gc search, expected values"] == results["an honest 0.0"]  # found nothing
+    assert results["patch sandbox._encode"]["passed"] <= results["an honest 0.0"]["passed"]
+    assert len(uids) >= len(results) and sandbox_processes(uids) == []
+    assert list(scratch.iterdir()) == []  # every sandbox folder removed
+
+
+INTERRUPTED = """
+    import json, sys
+    from dpcost.exercises.five_functions import check
+
+    def dp_communication_volume(P, n):
+        while True:
+            pass
+
+    print("started", flush=True)
+    try:
+        check(dp_communication_volume, timeout=60)
+        print(json.dumps({"interrupted": False}), flush=True)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": True}), flush=True)
+
+    def dp_communication_volume(P, n):
+        return 0.0 if n <= 1 else float(2 * (n - 1) * P)
+
+    report = check(dp_communication_volume)
+    print(json.dumps({"after": [report.passed, report.total]}))
+"""
+
+
+def test_sigint_during_check_cleans_up_then_raises_keyboard_interrupt(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = textwrap.dedent(RECORD_UIDS) + textwrap.dedent(INTERRUPTED)
+    process = subprocess.Popen([sys.executable, "-c", script],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(scratch)},
+                               start_new_session=True)
+    try:
+        assert process.stdout.readline() == "started\n"
+        uid = printed_uids(process.stdout.readline())[0]  # the looping child has started
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)  # what Jupyter's Stop button does
+        out, err = process.communicate(timeout=KERNEL_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, err[-2000:]
+    uids = [uid, *printed_uids(out)]
+    lines = [json.loads(line) for line in out.splitlines() if not line.startswith("sandbox")]
+    assert lines[0] == {"interrupted": True}
+    assert lines[1]["after"][0] == lines[1]["after"][1]  # the next check runs, all pass
+    assert sandbox_processes(uids) == [] and list(scratch.iterdir()) == []
+
+
+def test_resource_limits_bound_memory_processes_and_files(started_uids):
+    limits = sandbox.protections()["limits"]
+
+    def allocate():
+        return len(bytearray(3 * 2**30))  # beyond the 1 GiB the child may add
+
+    def fork_bomb():  # bounded, should the limit not hold: 200 sleepers at most
+        count = 0
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except BlockingIOError:
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            count += 1
+        return count
+
+    def big_file():
+        with open("big", "wb") as f:
+            f.write(b"x" * (limits["file_bytes"] + 1))
+
+    outcomes = run_many([(allocate, (), {}), (fork_bomb, (), {}), (big_file, (), {})],
+                        timeout=10)
+    assert outcomes[0].status == "raised" and outcomes[0].error_type == "MemoryError"
+    assert outcomes[1].status == "returned" and 0 < outcomes[1].value < limits["processes"]
+    assert outcomes[2].status == "raised" and "File too large" in outcomes[2].error_message
+    assert sandbox_processes(started_uids) == []
+
+
+def test_the_child_runs_as_another_uid_without_the_package():
+    protections = sandbox.protections()
+
+    def inside():
+        import importlib
+
+        found = [os.getuid(), os.getppid()]
+        for name in ("dpcost.core", "dpcost"):
+            try:
+                importlib.import_module(name)
+                found.append("imported")
+            except ImportError:
+                found.append("refused")
+        sys.meta_path[:] = [f for f in sys.meta_path if "NoPackage" not in type(f).__name__]
+        try:
+            importlib.import_module("dpcost.core")
+            found.append("imported")
+        except ImportError:
+            found.append("refused")
+        try:
+            open(dpcost.core.__file__).read()
+            found.append("read")
+        except OSError:
+            found.append("hidden")
+        return found
+
+    value = run_sandboxed(inside).value
+    if os.geteuid() == 0:
+        assert protections["unprivileged_uid"] and value[0] >= confine.UID_BASE  # its own
+    if protections["pid_namespace"]:
+        assert value[1] == 0  # pid 1 of its own namespace
+    assert value[2:4] == ["refused", "refused"]
+    if protections.get("package_hidden"):
+        assert value[4:] == ["refused", "hidden"]
+
+
+def test_warnings_come_back_whole_and_apart_from_prints():
+    def overflow():
+        print("a print")
+        return np.float64(1e308) * 10
+
+    outcome = run_sandboxed(overflow)
+    assert outcome.value == builtins.float("inf") and outcome.stdout == "a print\n"
+    assert outcome.warnings == ("RuntimeWarning: overflow encountered in scalar multiply",)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sweep by uid needs root")
+def test_without_namespaces_another_uid_and_a_sweep_still_hold():
+    def target():  # the worker, without namespaces: the keeper is its parent, as root
+        try:
+            os.kill(os.getppid(), 0)
+            verdict = "reached"
+        except PermissionError:
+            verdict = "refused"
+        fork_sleepers(count=2, how="session")
+        os.write(1, f"{verdict}\n".encode())
+        time.sleep(60)
+
+    sandbox_ = confine.Confined(target, namespaces=False).start()
+    uids = [sandbox_.protections["uid"]]
+    try:
+        assert not sandbox_.protections["pid_namespace"], sandbox_.protections
+        assert sandbox_.protections["unprivileged_uid"]
+        output, deadline = b"", time.monotonic() + 20
+        while not output.endswith(b"\n") and time.monotonic() < deadline:
+            if select.select([sandbox_.output_fd], [], [], 0.1)[0]:
+                output += os.read(sandbox_.output_fd, 100)
+        assert output == b"refused\n"
+        assert len(sandbox_processes(uids)) == 3  # the worker, two sleepers in new sessions
+    finally:
+        sandbox_.stop()
+    assert sandbox_processes(uids) == []

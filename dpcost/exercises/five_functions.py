@@ -32,8 +32,10 @@ from dpcost.exercises.sandbox import (
     NO_RESULT,
     Outcome,
     is_package_function,
+    protections,
     run_many,
     student_function_name,
+    withhold,
 )
 
 FUNCTION_NAMES = (
@@ -300,6 +302,7 @@ def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=No
                ) -> list[TestResult]:
     """Run every case of ``tests`` in the sandbox; one result per test (its first failure)."""
     calls = [(fn, case.args, {}) for test in tests for case in test.cases]
+    withhold(*tests, *(case for test in tests for case in test.cases))  # emptied in the child
     outcomes = iter(run_many(calls, timeout, max_timeouts))
     results = []
     for test in tests:
@@ -314,6 +317,7 @@ def _run_tests(fn, name: str, tests: list[Test], timeout: float, max_timeouts=No
         results.append(TestResult(name, test.category, _call_text(name, case.args),
                                   _expected_text(case.expect), outcome.describe(), not reason,
                                   reason, outcome.stdout))
+    withhold(*results)  # the next function's child does not see these expected values
     return results
 
 
@@ -342,6 +346,8 @@ def check(fn, *, name: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> R
     report.results = _run_tests(fn, name, tests, timeout)
     if report.failures:
         report.footer.append(solution_pointer(name))
+    report.protections = protections()  # what confined the child (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report
 
 
@@ -385,4 +391,6 @@ def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIM
                            f"{name} is not defined: run its cell first") for test in tests]
         else:
             report.results += _run_tests(fn, name, tests, timeout, max_timeouts)
+    report.protections = protections()  # what confined the children (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report

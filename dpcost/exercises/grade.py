@@ -12,8 +12,10 @@ PYTHONPATH on its import path, so a ``dpcost/`` folder beside the notebook is no
    it: every code cell in order, except nbgrader's grade cells and the cell that imports the
    checkers (``check``, ``submit`` and the hints are no-ops here);
 2. runs the battery of ``submit`` (the same tests, the same expected values, computed here), with
-   the student's code executed only in the sandbox's children: a child runs the cells, then
-   calls the function, and sends back plain values. For ex1 and ex2 the ``dpcost`` package cannot
+   the student's code executed only in the sandbox's children, confined as
+   ``dpcost.exercises.confine`` says (another uid, new PID, mount and network namespaces where
+   allowed, resource limits): a child runs the cells, then calls the function, and sends back
+   plain values. For ex1 and ex2 the ``dpcost`` package cannot
    be imported there (the reference answers live in it); ex3 gives the cells the names its
    import cell gives the student (``train_dp``, ``make_model``, ...);
 3. prints the report, then ``score: X`` last: ``--points`` times the fraction of tests passed,

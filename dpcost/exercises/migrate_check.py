@@ -26,11 +26,13 @@ in OpenMP, with one thread it does not.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import json
+import math
 import os
 import select
-import shutil
 import signal
 import sys
 import tempfile
@@ -43,6 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from dpcost.exercises import confine
 from dpcost.exercises import hints as _hints
 from dpcost.exercises.report import Report, TestResult
 from dpcost.exercises.sandbox import student_function_name
@@ -121,7 +124,8 @@ def train_dp(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.p
 # Running it.
 
 class RecordingDataset(Dataset):
-    """Wraps a dataset and records every batch of indices a DataLoader fetches from it."""
+    """Wraps a dataset and records every batch of indices a DataLoader fetches from it (in the
+    process that fetches: the reference's, which reads with ``num_workers=0``)."""
 
     def __init__(self, dataset):
         self.dataset, self.batches = dataset, []
@@ -136,6 +140,40 @@ class RecordingDataset(Dataset):
     def __getitems__(self, indices):  # DataLoader's fetcher calls this for a whole batch
         self.batches.append([int(i) for i in indices])
         return [self.dataset[i] for i in indices]
+
+
+class _RecordingSampler:
+    """The index sampler of a DataLoader, passed through; records what it hands out."""
+
+    def __init__(self, sampler, log: list):
+        self.sampler, self.log = sampler, log
+
+    def __iter__(self):
+        for item in self.sampler:
+            self.log.append([int(i) for i in item] if isinstance(item, (list, tuple))
+                            else [int(item)])
+            yield item
+
+    def __len__(self):
+        return len(self.sampler)
+
+
+def record_reads(dataset, log: list) -> None:
+    """In a rank: record, in the rank itself, every batch of indices that a DataLoader over
+    ``dataset`` takes from its sampler.
+
+    Both of torch's loader iterators take indices from ``loader._index_sampler`` in the main
+    process (``_next_index`` in torch/utils/data/dataloader.py; with ``num_workers > 0`` the
+    workers only fetch what it sends them), so wrapping that property sees every batch, with
+    any ``num_workers``. (A loop that stops early leaves prefetched batches recorded.)
+    """
+    real = DataLoader._index_sampler
+
+    def index_sampler(loader):
+        sampler = real.fget(loader)
+        return _RecordingSampler(sampler, log) if loader.dataset is dataset else sampler
+
+    DataLoader._index_sampler = property(index_sampler)
 
 
 def _flat_params(model) -> list[float]:
@@ -176,7 +214,8 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     size, epochs, global_batch, seed = setting
-    dataset, saves = RecordingDataset(make_dataset(size)), []
+    dataset, batches, saves = make_dataset(size), [], []
+    record_reads(dataset, batches)
     torch.save = _counting_save(saves)
     out = {"rank": rank, "status": "returned"}
     # Keep the student's locals (DDP, the process group, the loader) alive after the call: their
@@ -208,10 +247,10 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
             out["returned_type"] = type(model).__name__
     except BaseException as exc:  # noqa: B036 - SystemExit from the student's code is a result
         kept.append(exc)  # its traceback holds the frames, and so their locals
-        out.update(status="raised", **_describe_error(exc))
+        out.update(status="raised", failed_at=time.monotonic(), **_describe_error(exc))
     finally:
         sys.setprofile(None)
-    out["batches"], out["saves"] = dataset.batches, len(saves)
+    out["batches"], out["saves"] = batches, len(saves)
     import torch.distributed as dist
 
     out["left_initialized"] = dist.is_available() and dist.is_initialized()
@@ -222,29 +261,28 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
     os._exit(0)  # leave without the kernel's atexit handlers (and without gloo's teardown)
 
 
-def _run_ranks(fn, setting, timeout: float) -> dict:
-    """In the sandbox child: the reference, then the ranks; everything as JSON-ready data."""
-    size, epochs, global_batch, seed = setting
-    folder = tempfile.mkdtemp(prefix="dpcost-ex3-")
-    reference_data = RecordingDataset(make_dataset(size))
-    reference = train_dp(reference_data, epochs, global_batch, seed,
-                         os.path.join(folder, "reference.pt"))
-    summary = {"reference": {"params": _flat_params(reference),
-                             "batches": reference_data.batches}, "ranks": {}}
+def _run_ranks(fn, setting, timeout: float, result_fd: int) -> dict:
+    """In the sandbox's worker (pid 1 of its namespace, never running student code itself):
+    fork the ranks, wait for them, and gather what each one wrote, as JSON-ready data."""
+    folder = os.getcwd()  # the sandbox's folder, removed by the caller
     port = free_port()
     children = {}
     for rank in range(WORLD_SIZE):
         pid = os.fork()
         if pid == 0:
             try:
+                os.close(result_fd)  # only the worker answers the caller
                 _rank_main(fn, rank, port, setting, folder)
             finally:
                 os._exit(1)
         children[pid] = rank
     deadline, failed_at = time.monotonic() + timeout, None
-    ended = {}
+    ended, ended_at = {}, {}
     while len(ended) < WORLD_SIZE and time.monotonic() < deadline:
-        pid, status = os.waitpid(-1, os.WNOHANG)
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
         if pid == 0:
             if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
                 break
@@ -252,14 +290,15 @@ def _run_ranks(fn, setting, timeout: float) -> dict:
             continue
         rank = children.get(pid)
         if rank is None:
-            continue  # something the student forked
-        ended[rank] = os.waitstatus_to_exitcode(status)
+            continue  # something the student forked, reparented to us (pid 1)
+        ended[rank], ended_at[rank] = os.waitstatus_to_exitcode(status), time.monotonic()
         result = _read_rank(folder, rank)
         if ended[rank] != 0 or result is None or result["status"] != "returned":
             failed_at = failed_at or time.monotonic()
     for pid, rank in children.items():
         if rank not in ended:
             os.kill(pid, signal.SIGKILL)
+    summary = {}
     for rank in range(WORLD_SIZE):
         result = _read_rank(folder, rank)
         if rank not in ended:
@@ -269,9 +308,11 @@ def _run_ranks(fn, setting, timeout: float) -> dict:
             code = ended[rank]
             how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0 else
                    f"exited with status {code}")
-            result = {"rank": rank, "status": "died", "detail": how}
-        summary["ranks"][str(rank)] = result
-    shutil.rmtree(folder, ignore_errors=True)
+            result = {"rank": rank, "status": "died", "detail": how,
+                      "failed_at": ended_at[rank]}
+        elif result.get("status") != "returned":
+            result.setdefault("failed_at", ended_at[rank])
+        summary[str(rank)] = result
     return summary
 
 
@@ -283,70 +324,96 @@ def _read_rank(folder, rank):
         return None
 
 
-def _sandbox_child(fn, setting, timeout, write_fd) -> None:
-    os.setsid()  # a session and process group of our own: the parent kills it whole
-    die_with_parent()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # nothing the ranks print reaches the notebook
-    os.dup2(devnull, 2)
-    sys.stdout = sys.stderr = open(os.devnull, "w")
+def _launcher(fn, setting, timeout, result_fd) -> None:
+    """The sandbox's worker: the ranks, then one JSON document on ``result_fd``."""
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the sandbox's output pipe
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
     try:
         torch.set_num_threads(1)
         # Before any rank's init_process_group: DDP's constructor imports torch._dynamo, and
         # imported after init it pins the default group (known PyTorch bug, see DESIGN.md).
         # Loaded by this module's import already; a fresh import costs each run ~1 s.
         importlib.import_module("torch._dynamo")
-        document = {"ok": True, **_run_ranks(fn, setting, timeout)}
+        document = {"ok": True, "ranks": _run_ranks(fn, setting, timeout, result_fd)}
     except BaseException as exc:  # noqa: B036
         document = {"ok": False, **_describe_error(exc)}
-    data = json.dumps(document).encode()
-    view = memoryview(data)
-    while view:
-        view = view[os.write(write_fd, view):]
-    os.close(write_fd)
-    os._exit(0)
+    confine._write_all(result_fd, json.dumps(document).encode())
+    os.close(result_fd)
+
+
+def reference_run(setting) -> dict:
+    """train_dp's parameters and batches for ``setting``, computed in the caller after the
+    sandbox has ended (so no rank's memory ever holds them; not cached, for the same reason),
+    with the caller's random state restored after. About 50 ms."""
+    size, epochs, global_batch, seed = setting
+    data = RecordingDataset(make_dataset(size))
+    with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as folder:
+        model = train_dp(data, epochs, global_batch, seed, os.path.join(folder, "reference.pt"))
+    return {"params": _flat_params(model), "batches": data.batches}
+
+
+# The ranks' limits: 2 ranks and DataLoader workers, each with torch's and gloo's threads.
+LIMITS = confine.Limits(address_space_extra_bytes=3 * 2**30,
+                        processes=256 + 4 * (os.cpu_count() or 1), cpu_s=120,
+                        file_bytes=64 * 2**20)
+MAX_DOCUMENT = 4 * 2**20  # bytes of the worker's answer; more is not read
+SETUP_S = 10.0  # beyond the timeout: the sandbox's start and the worker's answer
 
 
 def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -> dict:
-    """Run ``fn`` on 2 gloo ranks in a sandboxed child; what happened, as plain (JSON) data.
+    """Run ``fn`` on 2 gloo ranks in a confined sandbox (:mod:`dpcost.exercises.confine`);
+    what happened, as plain (JSON) data.
 
-    Returns {"ok": True, "reference": {...}, "ranks": {"0": {...}, "1": {...}}} or
-    {"ok": False, "detail": ...} when the child gave no answer in time.
+    Returns {"ok": True, "reference": {...}, "ranks": {"0": {...}, "1": {...}},
+    "protections": {...}} or {"ok": False, "detail": ...} when the sandbox gave no answer in
+    time. The reference is computed here, afterwards; the ranks never see it. An interrupt
+    (SIGINT) ends the sandbox and everything in it, then raises KeyboardInterrupt.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     _TIMEOUT[0] = timeout
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            _sandbox_child(fn, setting, timeout, write_fd)
-        finally:
-            os._exit(1)
-    os.close(write_fd)
-    chunks, deadline = [], time.monotonic() + timeout + 30  # the child's own limit comes first
+    sandbox = confine.Confined(functools.partial(_launcher, fn, setting, timeout, write_fd),
+                               LIMITS, keep_fds=[write_fd])
+    chunks, size = [], 0
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+        try:
+            sandbox.start()
+        finally:
+            os.close(write_fd)
+        deadline = time.monotonic() + timeout + GRACE_S + SETUP_S
+        watch = [read_fd, sandbox.output_fd, sandbox.status_fd]
+        while size <= MAX_DOCUMENT:  # stops at the deadline, whoever holds the pipe
+            if sandbox.status_fd in watch and sandbox.poll() is not None:
+                watch.remove(sandbox.status_fd)  # the worker ended: its answer is in the pipe
+                deadline = min(deadline, time.monotonic() + 1.0)
+            remaining = deadline - time.monotonic()
+            ready = select.select(watch, [], [], max(0.0, remaining))[0] if remaining > 0 else []
             if not ready:
                 break
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
+            if sandbox.output_fd in ready:  # what the ranks print: read, so they never block
+                with contextlib.suppress(BlockingIOError):
+                    if not os.read(sandbox.output_fd, 2**16):
+                        watch.remove(sandbox.output_fd)
+            if read_fd in ready:
+                chunk = os.read(read_fd, 2**16)
+                if not chunk:
+                    break  # the worker answered (and every rank is gone with it)
+                chunks.append(chunk)
+                size += len(chunk)
     finally:
+        sandbox.stop()  # the worker, its ranks and anything they started; the folder
         os.close(read_fd)
-        try:
-            os.killpg(pid, signal.SIGKILL)  # the child, its ranks and anything they started
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
     try:
-        return json.loads(b"".join(chunks).decode())
+        data = json.loads(b"".join(chunks).decode())
+        if type(data) is not dict or type(data.get("ranks", {})) is not dict:
+            raise ValueError("not a JSON object")
     except ValueError:
-        return {"ok": False, "error_type": "", "error_message": "",
-                "detail": "the checker's child process gave no answer (killed or stuck)"}
+        data = {"ok": False, "error_type": "", "error_message": "",
+                "detail": "the checker's sandbox gave no answer (killed or stuck)"}
+    data["reference"] = reference_run(setting)
+    data["protections"] = sandbox.protections
+    return data
 
 
 # ----------------------------------------------------------------------------------------------
@@ -372,6 +439,40 @@ def _epochs(batches, epochs):
     return [flat[e * per:(e + 1) * per] for e in range(epochs)]
 
 
+def _is_list_of(value, kind, limit=100_000) -> bool:
+    return type(value) is list and len(value) <= limit and all(type(v) is kind for v in value)
+
+
+def checked_rank(result, rank: int) -> dict:
+    """A rank's report (written by the rank, where the student's code runs) if it has the
+    shape the worker and ``_rank_main`` give it; else a "died" report that says so."""
+    bad = {"rank": rank, "status": "died", "detail": "wrote a malformed report"}
+    if type(result) is not dict or result.get("rank") != rank:
+        return bad
+    status = result.get("status")
+    if type(result.get("failed_at", 0.0)) not in (int, float):
+        return bad
+    if status == "hung":
+        ok = type(result.get("timeout")) in (int, float) and type(
+            result.get("after_failure")) is bool
+    elif status == "died":
+        ok = type(result.get("detail")) is str
+    elif status in ("returned", "raised"):
+        batches = result.get("batches")
+        ok = (type(batches) is list and len(batches) <= 100_000
+              and all(_is_list_of(b, int) for b in batches)
+              and type(result.get("saves")) is int and type(result.get("left_initialized")) is bool
+              and ("params" not in result or _is_list_of(result["params"], float, 10**7)))
+        if status == "raised":
+            ok = ok and all(type(result.get(k)) is str
+                            for k in ("error_type", "error_message", "where"))
+        elif "params" not in result:
+            ok = ok and type(result.get("returned_type")) is str
+    else:
+        ok = False
+    return result if ok else bad
+
+
 def judge(data: dict, setting) -> dict[str, str]:
     """{aspect: "" if right, else why not, in words} for one run's ``data`` (from :func:`run`)."""
     size, epochs, global_batch, _ = setting
@@ -380,29 +481,33 @@ def judge(data: dict, setting) -> dict[str, str]:
         why = data.get("detail") or (f"the checker failed: {data.get('error_type')}: "
                                      f"{data.get('error_message')}")
         return dict.fromkeys((a for a, _ in ASPECTS), why)
-    ranks = [data["ranks"][str(r)] for r in range(n)]
+    ranks = [checked_rank(data["ranks"].get(str(r)), r) for r in range(n)]
     verdict = dict.fromkeys((a for a, _ in ASPECTS), "")
-    problems = []
+    problems = []  # (when it happened: the first error in time is the root cause, words)
     for r in ranks:
+        when = r.get("failed_at", math.inf)
         if r["status"] == "raised" and r["error_type"] == "NotImplementedError":
-            problems.append("not written yet (it still raises NotImplementedError)")
+            problems.append((-math.inf, "not written yet (it still raises NotImplementedError)"))
         elif r["status"] == "raised":
             where = f" at {r['where']}" if r.get("where") else ""
-            problems.append(f"rank {r['rank']} raised {r['error_type']}: "
-                            f"{r['error_message']}{where}")
+            problems.append((when, f"rank {r['rank']} raised {r['error_type']}: "
+                                   f"{r['error_message']}{where}"))
         elif r["status"] == "died":
-            problems.append(f"rank {r['rank']} {r['detail']} before returning")
+            problems.append((when, f"rank {r['rank']} {r['detail']} before returning"))
         elif r["status"] == "hung":
-            problems.append(
+            problems.append((math.inf,
                 f"rank {r['rank']} did not finish within {r['timeout']:g} s" +
                 (" after the other rank failed: it was waiting for it" if r["after_failure"]
                  else ": it hangs - waiting in a collective another rank never reached "
-                      "(or looping)?"))
+                      "(or looping)?")))
         elif "params" not in r:
-            problems.append(f"rank {r['rank']} returned a {r.get('returned_type')}: return the "
-                            "trained model (an nn.Module; ddp.module is the one to return)")
+            problems.append((math.inf, f"rank {r['rank']} returned a {r.get('returned_type')}: "
+                                       "return the trained model (an nn.Module; ddp.module is "
+                                       "the one to return)"))
     if problems:
-        first = problems[0] if problems[0].startswith("not written") else "; ".join(problems)
+        problems = [words for _, words in sorted(problems, key=lambda p: p[0])]
+        first = problems[0] if problems[0].startswith("not written") else (
+            problems[0] + "".join(f"; then {words}" for words in problems[1:]))
         verdict["runs"] = first
         for aspect, _ in ASPECTS[1:]:
             verdict[aspect] = "not checked: the run did not finish"
@@ -459,8 +564,10 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run your ``train_ddp`` once on 2 gloo ranks; one row per thing a migration needs."""
     name = _name(fn)
     setting = SETTINGS[CHECK_SETTING]
-    verdict = judge(run(fn, setting, timeout), setting)
+    data = run(fn, setting, timeout)
+    verdict = judge(data, setting)
     report = Report(f"check({name}): 2 gloo ranks, {CHECK_SETTING}", "check")
+    report.protections = data["protections"]  # what confined the ranks (not in the table)
     for aspect, expected in ASPECTS:
         reason = verdict[aspect]
         report.results.append(TestResult(name, aspect, aspect, expected,
@@ -485,7 +592,9 @@ def settings_report(fn, timeout: float = DEFAULT_TIMEOUT) -> Report:
     name = "train_ddp"
     report = Report(f"submit: {name} on 2 gloo ranks, {len(SETTINGS)} settings", "submit")
     for label, setting in SETTINGS.items():
-        verdict = judge(run(fn, setting, timeout), setting)
+        data = run(fn, setting, timeout)
+        report.protections = data["protections"]  # what confined the ranks (not in the table)
+        verdict = judge(data, setting)
         for aspect, expected in ASPECTS:
             reason = verdict[aspect]
             report.results.append(TestResult(name, f"{label}: {aspect}", label, expected,

@@ -34,8 +34,10 @@ from dpcost.exercises.sandbox import (
     NO_RESULT,
     Outcome,
     is_package_function,
+    protections,
     run_many,
     student_function_name,
+    withhold,
 )
 
 Send = tuple[int, int, int]
@@ -138,6 +140,8 @@ def check(fn, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
                                          reason, outcome.stdout))
     if report.failures:
         report.footer.append(solution_pointer(name))
+    report.protections = protections()  # what confined the child (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report
 
 
@@ -358,6 +362,8 @@ def simulator_report(given: dict, timeout: float = DEFAULT_TIMEOUT) -> Report:
     report.notes += [NOT_GIVEN[name] for name in PHASE_NAMES if name not in given]
     settings = [(n, EVEN_LENGTH) for n in range(2, 9)] + UNEVEN_CASES
     schedules = tuple(given[name] for name in names)
+    # the child only calls the student's schedules (_collect_sends); the simulator and the
+    # reference schedules run here, in the checker
     outcomes = run_many([(_collect_sends, (schedules, n), {}) for n, _ in settings], timeout,
                         max_timeouts=2)
     for (n, length), outcome in zip(settings, outcomes, strict=True):
@@ -375,6 +381,8 @@ def simulator_report(given: dict, timeout: float = DEFAULT_TIMEOUT) -> Report:
         for (category, expected), (got, reason) in zip(rows, judged, strict=True):
             report.results.append(TestResult(label, f"n = {n}: {category}", call, expected, got,
                                              not reason, reason, outcome.stdout))
+    report.protections = protections()  # what confined the child (not shown in the table)
+    withhold(report, *report.results)  # later children do not see its expected values
     return report
 
 

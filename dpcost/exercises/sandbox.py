@@ -1,70 +1,97 @@
-"""Run student code in a forked child process, with a time limit; only plain data comes back.
+"""Run student code in a confined child process, with a time limit; only plain data comes back.
 
-A child process (multiprocessing's 'fork' context, so the student's functions defined in the
-notebook need no pickling) calls the function and reports what happened. The parent (the
-notebook's kernel) waits at most ``timeout`` seconds per call, then kills the child.
-Exceptions (``SystemExit`` included), wrong return values, ``print`` noise and infinite loops
+The child is forked from the notebook's kernel (so the functions a student defined need no
+pickling) and confined by :mod:`dpcost.exercises.confine`: an unprivileged uid of its own when
+the kernel runs as root, new PID and mount namespaces where the system allows them, resource
+limits always, and every process it starts ended with it. ``protections()`` says what is in
+force here. The kernel waits at most ``timeout`` seconds per call, then kills the child.
+Exceptions (``SystemExit`` included), wrong return values, prints, warnings and infinite loops
 all come back as an :class:`Outcome`; the kernel never dies and never hangs.
 
-Nothing the student's code made ever runs in the kernel:
+What the child can and cannot reach:
 
-- Results cross as **plain data only**. The child converts the returned value to None, a
-  bool, an int, a float, a str, or a short list or tuple of those (numpy scalars become the
-  Python number; at most :data:`MAX_ITEMS` items, :data:`MAX_DEPTH` levels), and sends it with
-  the type's name and the first :data:`MAX_REPR` characters of its repr, as one line of JSON.
-  A value that is not plain data comes back as ``None`` with its type and repr. The kernel
-  parses JSON, never pickle, so no ``__reduce__``, ``__eq__`` or ``__float__`` of the student's
-  runs there.
-- Every read from the child is bounded in size (:data:`MAX_MESSAGE` bytes a message) and in
-  time (``timeout``). Bytes that are not a well-formed message (say, a length header written
-  into the result pipe) make that call's outcome "malformed"; a fresh child runs the next call.
-- The child starts its own session (``os.setsid``), so the processes it forks share its process
-  group and session; when the calls end - results, time-out or crash - the whole group is
-  killed, and on Linux every process left in the session too. (A grandchild that starts a
-  session of its own escapes; so does a determined student in general - see below.)
-- Output written by the child (Python-level and to file descriptors 1 and 2) is captured,
-  capped at :data:`MAX_TEXT` characters, and returned, never shown in the notebook.
+- **Not the kernel.** It cannot signal, trace or open the kernel's files (``/proc/<pid>/fd/1``
+  included): another uid, another PID namespace with its own ``/proc``. Every descriptor it
+  inherits (ipykernel's sockets too) points at /dev/null; its stdout and stderr go to a pipe
+  that the kernel reads and keeps (capped), never to the kernel's streams.
+- **Not the reference answers.** In the child, before any student code runs, every function of
+  the dpcost package is disabled (calling it raises), the objects the checkers gave to
+  :func:`withhold` (a battery's tests with their expected values, earlier reports) are emptied,
+  the package cannot be imported again, and where a mount namespace exists its folder is
+  hidden. Only the sandbox itself and what an exercise names in ``allowed`` (the ring
+  simulator, say) keep working there. Verdicts are made in the kernel, from plain values.
+- **Results cross as plain data only.** The child converts the returned value to None, a bool,
+  an int, a float, a str, or a short list or tuple of those (numpy scalars become the Python
+  number; at most :data:`MAX_ITEMS` items, :data:`MAX_DEPTH` levels), and sends it with the
+  type's name and the first :data:`MAX_REPR` characters of its repr, as one line of JSON. The
+  kernel parses JSON, never pickle. Every read is bounded in size (:data:`MAX_MESSAGE`) and
+  time; a message that is not well formed makes that call "malformed".
 
-This protects the kernel from mistakes and from hostile *return values*. It is not a security
-boundary: code running in the child can still forge a result (it can read the expected values
-and write a message of its own), so ``check`` and ``submit`` are self-checks for learning, and
-grading belongs to hidden tests run elsewhere (nbgrader's).
+The child can still lie about its own result (it writes the result message), so a forged
+message needs the right answer, which it must compute itself: that is solving the exercise.
+
+An interrupt (SIGINT, Jupyter's Stop) during a run kills the child and everything it started,
+removes its folder, and then raises ``KeyboardInterrupt``: nothing is left half-done.
 
 API, for any exercise: :func:`run_many` runs a list of ``(func, args, kwargs)`` in one child
 (a fresh one after each time-out or crash) and returns one :class:`Outcome` per call;
 :func:`run_sandboxed` runs one call. A ``func`` may be a wrapper defined in the exercise's
 module that calls the student's code and returns plain data (``ring_step`` runs the simulator
-that way).
+that way); it keeps working in the child.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
+import functools
 import io
 import json
 import math
-import multiprocessing
-import multiprocessing.connection
 import os
 import reprlib
-import signal
+import select
 import sys
-import tempfile
 import time
+import types
+import warnings
+import weakref
 from dataclasses import dataclass
+
+from dpcost.exercises import confine
 
 DEFAULT_TIMEOUT = 2.0  # seconds per test; the reference solutions take microseconds
 MAX_REPR = 200  # characters of a returned value's repr kept
-MAX_TEXT = 500  # characters of an exception message or of captured output kept
+MAX_TEXT = 500  # characters of an exception message, of captured output, of one warning kept
+MAX_WARNINGS = 5  # distinct warnings kept per call
 MAX_ITEMS = 20_000  # values (scalars and lists/tuples) in one returned value
 MAX_DEPTH = 4  # nesting of lists and tuples in a returned value
 MAX_STR = 10_000  # characters of one returned string
 MAX_INT_BITS = 4096  # bits of one returned int (about 1,233 decimal digits)
 MAX_MESSAGE = 2 * 2**20  # bytes of one message from the child (2 MiB); more is malformed
-_MAX_CAPTURED_FILE = 2**20  # bytes the child may write to its captured fds 1 and 2 (1 MiB)
 
 # Statuses in which the call gave no result; Outcome.detail says what the parent saw.
 NO_RESULT = ("timeout", "crashed", "malformed", "skipped")
+
+END_OF_CALL = b"\x00\x1edpcost: end of call\x1e\x00"  # in the output pipe, after each call
+READY = b"ready\n"  # the child's first line: set up, about to run the first call
+PACKAGE = "dpcost"
+_ALWAYS_ALLOWED = ("dpcost.exercises.sandbox", "dpcost.exercises.confine")
+
+
+def limits_for(timeout: float, calls: int) -> confine.Limits:
+    """The child's limits for ``calls`` calls of ``timeout`` s: 1 GiB beyond the kernel's
+    mappings, 32 + 2 per CPU tasks (numpy's BLAS threads fit), CPU time for every call plus
+    10 s, 16 MiB a file."""
+    return confine.Limits(address_space_extra_bytes=2**30,
+                          processes=32 + 2 * (os.cpu_count() or 1),
+                          cpu_s=math.ceil(timeout * max(calls, 1)) + 10,
+                          file_bytes=16 * 2**20)
+
+
+def protections() -> dict:
+    """What confines the sandbox's children on this machine (see :mod:`confine`)."""
+    return confine.protections()
 
 
 @dataclass
@@ -82,10 +109,11 @@ class Outcome:
     value_repr: str = ""  # the first MAX_REPR characters of repr(value)
     error_type: str = ""  # exception class name, e.g. "TypeError"
     error_message: str = ""
-    stdout: str = ""  # what the call printed (stdout and stderr together)
+    stdout: str = ""  # what the call printed (stdout and stderr together), warnings apart
     error_bases: tuple = ()  # names of the exception class and its bases (subclasses pass)
     detail: str = ""  # for "timeout"/"crashed"/"malformed"/"skipped": what the parent saw
     value_note: str = ""  # why value is None although the call returned, e.g. "not plain data"
+    warnings: tuple = ()  # "RuntimeWarning: overflow encountered ...", whole, distinct, <= 5
 
     @property
     def returned(self) -> bool:
@@ -105,6 +133,14 @@ class Outcome:
 
 def _shorten(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shorten_words(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` within ``limit`` characters, cut between words (never mid-word)."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 4]
+    return (cut.rsplit(None, 1)[0] if " " in cut else cut) + " ..."
 
 
 # ---- in the child: turn what the student's code produced into plain data ---------------------
@@ -196,63 +232,53 @@ def _safe_repr(value) -> str:
     return _shorten(text, MAX_REPR)
 
 
-class _CappedText(io.TextIOBase):
-    """A text stream that keeps the first MAX_TEXT characters written to it."""
-
-    def __init__(self):
-        self.kept = []
-        self.size = 0
-
-    def writable(self):
-        return True
-
-    def write(self, text):
-        if self.size < MAX_TEXT:
-            piece = str(text)[: MAX_TEXT - self.size]
-            self.kept.append(piece)
-            self.size += len(piece)
-        return len(text)
-
-    def getvalue(self):
-        return "".join(self.kept)
-
-
-def _call(func, args, kwargs, captured) -> dict:
-    """Call func in this (child) process; what happened, as a JSON-ready dict."""
-    buffer = _CappedText()
-    sys.stdout = sys.stderr = buffer
-    captured.seek(0)
-    captured.truncate()
-    try:
-        value = func(*args, **kwargs)
-        result = {"status": "returned", "value_type": type_name(type(value)),
-                  "value_repr": _safe_repr(value), "value": None, "value_note": ""}
+def _warning_lines(caught) -> list[str]:
+    """Distinct warnings as "Category: message", whole words, at most MAX_WARNINGS."""
+    lines = []
+    for warning in caught:
         try:
-            result["value"] = to_plain(value)
-        except _NotPlain as exc:
-            result["value_note"] = str(exc)
-        except Exception as exc:  # a student's __len__, __iter__ or __int__ raised
-            result["value_note"] = f"converting it raised {type_name(type(exc))}"
-    except BaseException as exc:  # noqa: B036 - SystemExit and KeyboardInterrupt are results too
-        try:
-            message = str(exc)
-            if type(message) is not str:
-                message = str.__str__(message)
-        except BaseException:  # noqa: B036 - the student's __str__ can raise anything
-            message = "<str failed>"
-        try:
-            bases = [type_name(cls) for cls in type(exc).__mro__]
+            line = f"{type_name(warning.category)}: {warning.message}"
         except Exception:
-            bases = [type_name(type(exc))]
-        result = {"status": "raised", "error_type": type_name(type(exc)),
-                  "error_message": _shorten(message), "error_bases": bases}
-    try:
-        sys.stdout.flush()
-        captured.seek(0)
-        low_level = captured.read(4 * MAX_TEXT).decode("utf-8", "replace")
-    except Exception:
-        low_level = ""
-    result["stdout"] = _shorten(buffer.getvalue() + low_level)
+            line = "<a warning whose message failed>"
+        line = _shorten_words(line)
+        if line not in lines:
+            lines.append(line)
+    return lines[:MAX_WARNINGS]
+
+
+def _call(func, args, kwargs) -> dict:
+    """Call func in this (child) process; what happened, as a JSON-ready dict."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = func(*args, **kwargs)
+            result = {"status": "returned", "value_type": type_name(type(value)),
+                      "value_repr": _safe_repr(value), "value": None, "value_note": ""}
+            try:
+                result["value"] = to_plain(value)
+            except _NotPlain as exc:
+                result["value_note"] = str(exc)
+            except Exception as exc:  # a student's __len__, __iter__ or __int__ raised
+                result["value_note"] = f"converting it raised {type_name(type(exc))}"
+        except BaseException as exc:  # noqa: B036 - SystemExit and KeyboardInterrupt are results
+            try:
+                message = str(exc)
+                if type(message) is not str:
+                    message = str.__str__(message)
+            except BaseException:  # noqa: B036 - the student's __str__ can raise anything
+                message = "<str failed>"
+            try:
+                bases = [type_name(cls) for cls in type(exc).__mro__]
+            except Exception:
+                bases = [type_name(type(exc))]
+            result = {"status": "raised", "error_type": type_name(type(exc)),
+                      "error_message": _shorten(message), "error_bases": bases}
+    result["warnings"] = _warning_lines(caught)
+    for stream in (sys.stdout, sys.stderr):  # what it printed is in the output pipe first
+        try:
+            stream.flush()
+        except Exception:
+            pass
     return result
 
 
@@ -266,31 +292,118 @@ def _encode(index: int, result: dict) -> bytes:
     return line
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+class _NoPackage:
+    """An import hook (first on ``sys.meta_path``) that refuses the dpcost package."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == PACKAGE or name.startswith(PACKAGE + "."):
+            raise ImportError(f"{name}: the checker runs your code without the dpcost package, "
+                              "whose reference answers you are to write yourself")
+        return None
 
 
-def _child(result_fd: int, read_fd: int, first: int, calls) -> None:
-    os.setsid()  # a session and process group of our own: the parent kills all of it at the end
-    os.close(read_fd)
-    # Silence file descriptors 1 and 2 too: C code or os.write would otherwise reach the
-    # kernel's streams, and ipykernel forwards those into the notebook nondeterministically.
-    # The file is capped (writes past the cap fail with EFBIG instead of filling the disk).
-    captured = tempfile.TemporaryFile(mode="w+b")
-    try:
-        import resource
+def _refused(*args, **kwargs):
+    raise PermissionError("<message>")  # only builtins: it runs with another module's globals
 
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (_MAX_CAPTURED_FILE, _MAX_CAPTURED_FILE))
-    except (ImportError, OSError, ValueError):
-        pass
-    os.dup2(captured.fileno(), 1)
-    os.dup2(captured.fileno(), 2)
+
+def _refusing_code(qualname: str):
+    message = (f"{qualname} is the dpcost package's: it does not run in the checker's sandbox "
+               "- write your own")
+    code = _refused.__code__
+    return code.replace(co_name=qualname.rsplit(".", 1)[-1], co_qualname=qualname,
+                        co_consts=tuple(message if c == "<message>" else c
+                                        for c in code.co_consts))
+
+
+def _disable(function) -> None:
+    """Make ``function`` raise PermissionError when called, wherever it is referenced."""
+    function = getattr(function, "__func__", function)  # staticmethod, classmethod, method
+    if isinstance(function, types.FunctionType) and not function.__code__.co_freevars:
+        function.__code__ = _refusing_code(function.__qualname__)
+    wrapped = getattr(function, "__wrapped__", None)  # functools.lru_cache and wraps
+    if hasattr(function, "cache_clear"):
+        function.cache_clear()
+    if wrapped is not None and wrapped is not function:
+        _disable(wrapped)
+
+
+_WITHHELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id: object
+
+
+def withhold(*objects) -> None:
+    """Objects that hold expected values (a battery's tests, a report and its results): the
+    child empties them (``vars(obj).clear()``) before student code runs. Registering them is
+    cheaper than searching the child's memory for them, which copies every page it touches."""
+    for obj in objects:
+        _WITHHELD[id(obj)] = obj
+
+
+def withdraw_package(allowed=(), refused=()) -> None:
+    """In the child, before student code runs: the dpcost package stops working, except the
+    sandbox and ``allowed`` (module names, or functions).
+
+    Every function and method defined in a dpcost module is disabled (the checkers' formulas
+    too), every object given to :func:`withhold` is emptied, and the package cannot be
+    imported again. ``refused`` functions are disabled even in an allowed module.
+    """
+    modules = set(_ALWAYS_ALLOWED) | {a for a in allowed if isinstance(a, str)}
+    kept = {id(a) for a in allowed if not isinstance(a, str)}
+
+    def disable(value):
+        if id(value) in kept:
+            return
+        if isinstance(value, type):
+            for member in list(vars(value).values()):
+                if isinstance(member, property):
+                    for accessor in (member.fget, member.fset, member.fdel):
+                        if accessor is not None and id(accessor) not in kept:
+                            _disable(accessor)
+                elif callable(getattr(member, "__func__", member)) and not isinstance(
+                        member, type):
+                    if id(getattr(member, "__func__", member)) not in kept:
+                        _disable(member)
+        elif callable(value):
+            _disable(value)
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == PACKAGE or name.startswith(PACKAGE + ".")):
+            continue
+        if name not in modules:
+            for value in list(vars(module).values()):
+                if getattr(value, "__module__", None) == name:
+                    disable(value)
+        del sys.modules[name]
+    for obj in list(_WITHHELD.values()):  # a battery's tests, earlier reports
+        with contextlib.suppress(TypeError):
+            vars(obj).clear()
+    for function in refused:
+        _disable(function)
+    sys.meta_path.insert(0, _NoPackage())
+
+
+def _serve(result_fd: int, first: int, calls, allowed, refused) -> None:
+    """The child's work: the calls in order, one result message each on ``result_fd``."""
+    kept = list(allowed)
+    for func, _, _ in calls:  # the calls' own functions and objects (grade's StudentCode)
+        module = getattr(type(func), "__module__", "")
+        if isinstance(func, types.FunctionType):
+            kept.append(func)
+        elif type(module) is str and module.startswith(PACKAGE):
+            kept.append(module)
+    withdraw_package(kept, refused)
+    confine._write_all(result_fd, READY)  # the calls' clocks start now
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                  errors="replace", write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                  errors="replace", write_through=True)
     try:
         for offset, (func, args, kwargs) in enumerate(calls):
-            _write_all(result_fd, _encode(first + offset, _call(func, args, kwargs, captured)))
+            result = _call(func, args, kwargs)
+            try:
+                confine._write_all(1, END_OF_CALL)  # what came before is this call's output
+            except OSError:  # the student's code closed or filled its stdout
+                pass
+            confine._write_all(result_fd, _encode(first + offset, result))
     except OSError:  # the parent stopped listening
         os._exit(1)
     os._exit(0)  # skip atexit handlers and the kernel's inherited state
@@ -323,6 +436,14 @@ def _text(message: dict, key: str, limit: int = MAX_TEXT) -> str:
     return _shorten(value, limit)
 
 
+def _warnings(message: dict) -> tuple:
+    lines = message.get("warnings", [])
+    if type(lines) is not list or len(lines) > MAX_WARNINGS or any(
+            type(line) is not str for line in lines):
+        raise _Malformed("warnings is not a short list of strings")
+    return tuple(_shorten_words(line) for line in lines)
+
+
 def _outcome(line: bytes, index: int) -> Outcome:
     """The Outcome that one line from the child describes; raises _Malformed."""
     try:
@@ -334,50 +455,77 @@ def _outcome(line: bytes, index: int) -> Outcome:
     if type(message.get("index")) is not int or message["index"] != index:
         raise _Malformed(f"out of order: expected the result of call {index}")
     status = message.get("status")
-    stdout = _text(message, "stdout")
+    warned = _warnings(message)
     if status == "returned":
         return Outcome("returned", value=from_plain(message.get("value")),
                        value_type=_text(message, "value_type", MAX_REPR),
                        value_repr=_text(message, "value_repr", MAX_REPR),
-                       value_note=_text(message, "value_note"), stdout=stdout)
+                       value_note=_text(message, "value_note"), warnings=warned)
     if status == "raised":
         bases = message.get("error_bases", [])
         if type(bases) is not list or len(bases) > 100 or any(type(b) is not str for b in bases):
             raise _Malformed("error_bases is not a short list of strings")
         return Outcome("raised", error_type=_text(message, "error_type", MAX_REPR),
                        error_message=_text(message, "error_message"),
-                       error_bases=tuple(_shorten(b, MAX_REPR) for b in bases), stdout=stdout)
+                       error_bases=tuple(_shorten(b, MAX_REPR) for b in bases), warnings=warned)
     raise _Malformed("unknown status")
 
 
-def _exit_status(pid: int) -> int | None:
-    """None while the child runs; else its exit code (-signal if killed). Does not reap it,
-    so its pid - the id of its group and session - stays reserved until join()."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return 0
-    if info is None:
-        return None
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-
-
 class _Channel:
-    """The reading end of the result pipe: whole lines, each within MAX_MESSAGE and a deadline."""
+    """What comes back from one child: result lines (each within MAX_MESSAGE and a deadline)
+    and its output, split by call at the child's end-of-call marks (kept up to MAX_TEXT
+    characters a call; the rest is read and dropped)."""
 
-    _POLL = 0.05  # seconds between checks that the child still runs
-
-    def __init__(self, fd: int, process):
-        self.fd, self.pid = fd, process.pid
-        # The sentinel wakes us at once when the child exits; the child (or a process it
-        # forked) can also write into it, so a false alarm demotes it to polling.
-        self.watch = [fd, process.sentinel]
+    def __init__(self, fd: int, sandbox: confine.Confined, first: int):
+        self.fd, self.sandbox = fd, sandbox
         self.buffer = bytearray()
-        self.eof = False
-        self.exit_status: int | None = None
+        self.outputs: dict[int, bytearray] = {}
+        self.call, self.tail = first, b""  # the call printing now; a mark's possible start
+        self.eof = self.output_eof = False
+
+    def _keep(self, data: bytes) -> None:
+        kept = self.outputs.setdefault(self.call, bytearray())
+        if len(kept) < 4 * MAX_TEXT:
+            kept += data[: 4 * MAX_TEXT - len(kept)]
+
+    def _drain_output(self) -> None:
+        while not self.output_eof:
+            try:
+                chunk = os.read(self.sandbox.output_fd, 2**16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.output_eof = True
+                self._keep(self.tail)
+                return
+            *done, rest = (self.tail + chunk).split(END_OF_CALL)
+            for part in done:
+                self._keep(part)
+                self.call += 1
+            keep = len(rest) - (len(END_OF_CALL) - 1)
+            if keep > 0:
+                self._keep(rest[:keep])
+            self.tail = rest[max(keep, 0):]
+
+    def take_output(self, index: int) -> str:
+        """What call ``index`` printed (the child wrote it, and its mark, before its result)."""
+        self._drain_output()
+        text = _shorten(bytes(self.outputs.pop(index, b"")).decode("utf-8", "replace"))
+        return text
+
+    def _read_result(self) -> None:
+        try:
+            chunk = os.read(self.fd, min(2**16, MAX_MESSAGE + 1 - len(self.buffer)))
+        except BlockingIOError:
+            return
+        if chunk:
+            self.buffer += chunk
+        else:
+            self.eof = True
 
     def read_line(self, timeout: float) -> bytes | str:
-        """The next line, or "timeout", "dead" (the child exited) or "too long"."""
+        """The next line, or "timeout", "dead" (the child exited) or "too long". Stops at the
+        deadline whoever holds the pipe open."""
         deadline = time.monotonic() + timeout
         while True:
             end = self.buffer.find(b"\n")
@@ -387,90 +535,39 @@ class _Channel:
                 return line if len(line) <= MAX_MESSAGE else "too long"
             if len(self.buffer) > MAX_MESSAGE:
                 return "too long"
-            if self.eof:  # every writer closed the pipe: the child is exiting, or has
-                for _ in range(20):
-                    self.exit_status = _exit_status(self.pid)
-                    if self.exit_status is not None:
-                        break
-                    time.sleep(self._POLL)
+            if self.eof:
+                self.sandbox.wait_exit(2.0)
                 return "dead"
+            if self.sandbox.poll() is not None:  # exited: what it wrote is readable by now
+                self._read_result()
+                if b"\n" not in self.buffer:
+                    return "dead"
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
-            ready = multiprocessing.connection.wait(self.watch, min(remaining, self._POLL))
+            watch = [self.fd, self.sandbox.status_fd]
+            if not self.output_eof:
+                watch.append(self.sandbox.output_fd)
+            ready = select.select(watch, [], [], remaining)[0]
+            if self.sandbox.output_fd in ready:
+                self._drain_output()
             if self.fd in ready:
-                try:
-                    chunk = os.read(self.fd, min(2**16, MAX_MESSAGE + 1 - len(self.buffer)))
-                except BlockingIOError:
-                    continue
-                if chunk:
-                    self.buffer += chunk
-                else:
-                    self.eof = True
-                continue
-            # No data. Has the child exited? (A process it forked may hold the pipe open, so
-            # end-of-file need not come.) What it wrote before exiting is readable by now.
-            self.exit_status = _exit_status(self.pid)
-            if self.exit_status is not None:
-                if not multiprocessing.connection.wait([self.fd], 0):
-                    return "dead"
-            elif len(ready) > 0:  # the sentinel fired, yet the child runs: written into
-                self.watch = [self.fd]
+                self._read_result()
 
 
-def _session_members(sid: int) -> list[int]:
-    """Pids of the processes in session ``sid`` (Linux: /proc; elsewhere: none found)."""
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # After "(comm)" come state, ppid, pgrp, session.
-        if len(fields) > 3 and fields[3] == str(sid).encode():
-            members.append(int(entry))
-    return members
-
-
-def _kill_session(process) -> None:
-    """Kill the child, then its process group and whatever else is left in its session.
-
-    The child is killed first, so it cannot fork any more; its pid (the group's and the
-    session's id) stays reserved until it is reaped by join(), so no other process is hit.
-    """
-    pid = process.pid
-    try:
-        os.kill(pid, signal.SIGKILL)  # the child, a zombie already perhaps: not reaped yet
-    except ProcessLookupError:
-        pass
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # no group: the child never got to setsid, so it forked nothing
-    for member in _session_members(pid):  # grandchildren that moved to a group of their own
-        try:
-            os.kill(member, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    process.join()
-
-
-def run_many(calls, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int | None = None
-             ) -> list[Outcome]:
-    """Run ``calls`` (a list of ``(func, args, kwargs)``) one after another in a forked child.
+def run_many(calls, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int | None = None, *,
+             allowed=(), refused=()) -> list[Outcome]:
+    """Run ``calls`` (a list of ``(func, args, kwargs)``) one after another in a confined child.
 
     Each call gets ``timeout`` seconds (> 0). A call that times out, kills the child or sends
     back a malformed message is reported, the child is killed, and a fresh child carries on
     with the next call - so one fork serves a whole battery of fast tests. After
     ``max_timeouts`` time-outs the remaining calls are not run (status "skipped"), so a
-    function that always loops costs seconds. Returns one :class:`Outcome` per call, in order.
+    function that always loops costs seconds. ``allowed``: dpcost modules (names) or functions
+    that keep working in the child (the calls' own functions always do); ``refused``: functions
+    of an allowed module disabled all the same (a reference answer). Returns one
+    :class:`Outcome` per call, in order. SIGINT: the child is ended, then KeyboardInterrupt.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
             timeout > 0 and math.isfinite(timeout)):
@@ -484,56 +581,59 @@ def run_many(calls, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int | None =
             raise TypeError(f"func must be callable, got {type(func).__name__}")
     outcomes: list[Outcome] = []
     timeouts = 0
-    context = multiprocessing.get_context("fork")
     while len(outcomes) < len(calls):
         if max_timeouts is not None and timeouts >= max_timeouts:
             outcomes += [Outcome("skipped", detail=f"not run: {timeouts} earlier calls timed out")
                          for _ in calls[len(outcomes):]]
             break
-        read_fd, write_fd = os.pipe()
         first = len(outcomes)
-        process = context.Process(target=_child, args=(write_fd, read_fd, first, calls[first:]),
-                                  daemon=True)
+        read_fd, write_fd = os.pipe()
+        rest = calls[first:]
+        sandbox = confine.Confined(functools.partial(_serve, write_fd, first, rest, allowed,
+                                                     refused),
+                                   limits_for(timeout, len(rest)), keep_fds=[write_fd],
+                                   hide_package=True)
         try:
-            process.start()
-            os.close(write_fd)  # the parent keeps only the reading end
-            write_fd = -1
+            try:
+                sandbox.start()
+            finally:
+                os.close(write_fd)  # the parent keeps only the reading end
             os.set_blocking(read_fd, False)
-            channel = _Channel(read_fd, process)
+            channel = _Channel(read_fd, sandbox, first)
+            ready = channel.read_line(confine.SETUP_TIMEOUT_S)
+            if ready != READY.strip():
+                raise confine.SandboxError(f"the sandbox's child did not get ready: {ready!r}")
             while len(outcomes) < len(calls):
                 line = channel.read_line(timeout)
                 if line == "timeout":
                     timeouts += 1
-                    outcomes.append(Outcome(
-                        "timeout", detail=f"no result within {timeout:g} s (infinite loop?)"))
-                    break
-                if line == "dead":
-                    outcomes.append(Outcome("crashed",
-                                            detail=_crash_detail(channel.exit_status)))
-                    break
-                if line == "too long":
-                    outcomes.append(Outcome("malformed", detail=(
+                    outcome = Outcome(
+                        "timeout", detail=f"no result within {timeout:g} s (infinite loop?)")
+                elif line == "dead":
+                    outcome = Outcome("crashed", detail=_crash_detail(sandbox.exit_status))
+                elif line == "too long":
+                    outcome = Outcome("malformed", detail=(
                         f"the result message was longer than {MAX_MESSAGE} bytes (something "
-                        "wrote into the sandbox's result pipe?)")))
-                    break
-                try:
-                    outcomes.append(_outcome(line, len(outcomes)))
-                except _Malformed as exc:
-                    outcomes.append(Outcome("malformed", detail=(
-                        f"the result message was malformed: {exc} (something wrote into the "
-                        "sandbox's result pipe?)")))
+                        "wrote into the sandbox's result pipe?)"))
+                else:
+                    try:
+                        outcome = _outcome(line, len(outcomes))
+                    except _Malformed as exc:
+                        outcome = Outcome("malformed", detail=(
+                            f"the result message was malformed: {exc} (something wrote into "
+                            "the sandbox's result pipe?)"))
+                outcome.stdout = channel.take_output(len(outcomes))
+                outcomes.append(outcome)
+                if outcome.status in NO_RESULT:
                     break
         finally:
-            if write_fd >= 0:
-                os.close(write_fd)
-            if process.pid is not None:
-                _kill_session(process)
+            sandbox.stop()
             os.close(read_fd)
     return outcomes
 
 
 def run_sandboxed(func, *args, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> Outcome:
-    """Call ``func(*args, **kwargs)`` in a forked child; return its :class:`Outcome`.
+    """Call ``func(*args, **kwargs)`` in a confined child; return its :class:`Outcome`.
 
     ``timeout`` (seconds, > 0) bounds the call; a child still running then is killed.
     """
