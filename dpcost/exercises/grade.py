@@ -40,7 +40,7 @@ EXERCISES = {
     "ex2_ring_step": (("reduce_scatter_sends", "all_gather_sends"), ("imports",), False),
     "ex3_migrate": (("train_ddp",), ("imports", "given"), True),
 }
-_COURSE_NAMES = ("check", "submit", "hint", "hint_button")  # no-ops in the student's namespace
+_COURSE_NAMES = ("check", "submit", "hint", "hint_button", "solution")  # no-ops in the student's namespace
 
 
 def _noop(*args, **kwargs):
