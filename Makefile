@@ -60,6 +60,7 @@ test-serial: $(STAMP)
 # older AMD EPYCs) and two threads. Other machines: portable kernels, then their own.
 PORTABLE_NOTEBOOKS := notebooks/06_measure_it.ipynb notebooks/07_time_and_overlap.ipynb \
     notebooks/08_beyond_ddp.ipynb notebooks/09_moving_to_ddp.ipynb notebooks/09b_ddp_pitfalls.ipynb \
+    notebooks/10_plan_your_own_model.ipynb \
     notebooks/ex3_migrate.ipynb \
     notebooks/instructor/ex3_migrate.ipynb
 X86 := $(filter x86_64 amd64,$(shell uname -m))
