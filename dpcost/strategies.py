@@ -511,12 +511,10 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
     name = "FSDP full sharding" if reshard_after_forward else "FSDP no reshard"
     states = peak = None
     if num_params is not None:
-        psi = _real(num_params, "num_params")
-        pb, gb, k = bytes_per_parameter(precision, optimizer)
-        local = psi / n if local_numel is None else _real(local_numel, "local_numel")
-        states = peak = (pb + gb + k) * local
-        if not reshard_after_forward:  # the unsharded parameters, forward to backward
-            peak = states + pb * psi
+        local = None if local_numel is None else _real(local_numel, "local_numel")
+        states, peak = fsdp_model_states(_real(num_params, "num_params"), n,
+                                         reshard_after_forward,
+                                         *bytes_per_parameter(precision, optimizer), local)
     return StrategyCost(name, v, v, (gathers + 1) * units, states, peak,
                         f"{factor}(n-1)/n P on {backend}",
                         "torch.distributed.fsdp.fully_shard: all-gather in forward"
@@ -524,6 +522,16 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
                         + ", reduce-scatter in backward"
                         + (" (an all-reduce on gloo: ProcessGroupGloo.cpp)"
                            if backend == "gloo" else ""))
+
+
+def fsdp_model_states(psi, n, reshard_after_forward: bool, p, g, k, local_numel=None) -> tuple:
+    """FSDP's model state per rank, (after the step, peak) in bytes: the rank's shards,
+    (p + g + K) x ``local_numel`` (default Psi / n, ZeRO stage 3: ``model_state_bytes``); at
+    the peak without resharding, plus every unit's unsharded parameters, p Psi, kept from
+    forward to backward."""
+    after = (model_state_bytes(psi, n, 3, p, g, k) if local_numel is None
+             else (p + g + k) * local_numel)
+    return after, after if reshard_after_forward else after + p * psi
 
 
 def fsdp_shard_rows(rows: int, num_gpus, rank: int) -> int:
@@ -614,13 +622,12 @@ def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION
     _choice(definition, "definition", STATE_DEFINITIONS)
     p, g, k = bytes_per_parameter(precision, optimizer)
     ddp_state = model_state_bytes(psi, n, 0, p, g, k)
-    sharded = model_state_bytes(psi, n, 3, p, g, k)
-    peak = definition == "peak"
+    peak = definition == "peak"  # indexes fsdp_model_states: (after the step, peak)
     return {
         "DP (copy path)": ddp_state, "DP (NCCL path)": ddp_state, "DDP": ddp_state,
         "+ accumulation": ddp_state, "+ bf16 hook": ddp_state,
         "PowerSGD": ddp_state + g * psi if peak else ddp_state,
         "ZeRO-1": model_state_bytes(psi, n, 1, p, g, k),
-        "FSDP no reshard": p * psi + sharded if peak else sharded,
-        "FSDP full sharding": sharded,
+        "FSDP no reshard": fsdp_model_states(psi, n, False, p, g, k)[peak],
+        "FSDP full sharding": fsdp_model_states(psi, n, True, p, g, k)[peak],
     }

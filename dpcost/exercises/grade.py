@@ -40,7 +40,8 @@ EXERCISES = {
     "ex2_ring_step": (("reduce_scatter_sends", "all_gather_sends"), ("imports",), False),
     "ex3_migrate": (("train_ddp",), ("imports", "given"), True),
 }
-_COURSE_NAMES = ("check", "submit", "hint", "hint_button", "solution")  # no-ops in the student's namespace
+# no-ops in the student's namespace
+_COURSE_NAMES = ("check", "submit", "hint", "hint_button", "solution")
 
 
 def _noop(*args, **kwargs):
