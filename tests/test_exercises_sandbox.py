@@ -645,6 +645,12 @@ INTERRUPTED = """
 """
 
 
+def _sigint_as_in_a_terminal():
+    # A job started with & by a script inherits SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: the kernel stand-in gets SIGINT's default, as a kernel does.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_during_check_cleans_up_then_raises_keyboard_interrupt(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -652,7 +658,7 @@ def test_sigint_during_check_cleans_up_then_raises_keyboard_interrupt(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", script],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(scratch)},
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_sigint_as_in_a_terminal)
     try:
         assert process.stdout.readline() == "started\n"
         uid = printed_uids(process.stdout.readline())[0]  # the looping child has started

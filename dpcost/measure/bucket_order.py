@@ -23,10 +23,8 @@ does, each bucket in the order DDP hands it over, with its bytes and its paramet
 from __future__ import annotations
 
 import os
-import signal
-import time
 
-from dpcost.procs import die_with_parent, free_port
+from dpcost.measure.rank_answers import RankError, gather
 
 WIDTH, DEPTH = 1000, 4  # lesson 07's model: P = 16,016,000 B in fp32 (scenarios.build_model)
 WORLD_SIZE = 2
@@ -34,7 +32,7 @@ ITERATIONS = 3  # the rebuild happens at the 2nd forward; the 3rd shows the rebu
 ENV = "DDP_SET_LAST_BUCKET_CAP"
 
 
-class BucketOrderError(RuntimeError):
+class BucketOrderError(RankError):
     """A rank failed or the ranks did not answer in time; the message says which."""
 
 
@@ -88,66 +86,14 @@ def _measure(settings, timeout_s):
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not 0 < timeout_s < float("inf"):
         raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
-    from dpcost.measure.launch import warm_context
-
-    context = warm_context()
-    port = free_port()
-    pipes = [context.Pipe(duplex=False) for _ in range(WORLD_SIZE)]
-    ranks = [context.Process(target=_rank_main, args=(rank, port, pipes[rank][1], settings),
-                             daemon=True)
-             for rank in range(WORLD_SIZE)]
-    try:
-        for process in ranks:
-            process.start()
-        for _, writer in pipes:
-            writer.close()
-        answers = [_receive(reader, process, rank, time.monotonic() + timeout_s, timeout_s)
-                   for rank, ((reader, _), process) in enumerate(zip(pipes, ranks, strict=True))]
-    finally:
-        for process in ranks:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGKILL)
-            process.join()
-        for reader, _ in pipes:
-            reader.close()
+    # stderr quiet: with find_unused_parameters=True on a model that uses every parameter DDP
+    # warns, with a timestamp, into the notebook ("did not find any unused parameters": the
+    # point of the run); errors travel through the pipe
+    answers = gather(_run_rank, (settings,), WORLD_SIZE, timeout_s, quiet_stderr=True,
+                     error=BucketOrderError)
     if answers[0] != answers[1]:
         raise BucketOrderError(f"the ranks disagree on DDP's buckets: {answers}")
     return answers[0]
-
-
-def _receive(reader, process, rank, deadline, timeout_s):
-    while not reader.poll(0.05):
-        if process.exitcode is not None and not reader.poll(0.05):
-            raise BucketOrderError(f"rank {rank} exited ({process.exitcode}) without an answer")
-        if time.monotonic() > deadline:
-            raise BucketOrderError(f"rank {rank} did not answer within {timeout_s:g} s")
-    status, value = reader.recv()
-    if status != "ok":
-        raise BucketOrderError(f"rank {rank} failed: {value}")
-    return value
-
-
-def _rank_main(rank: int, port: int, writer, settings) -> None:
-    """One rank: DDP over gloo, once per setting; sends ("ok", results) or ("error", text).
-
-    The rank's stderr goes to /dev/null: errors travel through the pipe, and with
-    ``find_unused_parameters=True`` on a model that uses every parameter DDP warns on it, with a
-    timestamp, into the notebook ("did not find any unused parameters": the point of the run).
-    """
-    die_with_parent()
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, 2)
-    os.close(quiet)
-    try:
-        writer.send(("ok", _run_rank(rank, port, settings)))
-    except Exception as error:  # noqa: BLE001 - the parent names it
-        import traceback
-
-        writer.send(("error", f"{error!r}\n{traceback.format_exc()[-2000:]}"))
-    writer.close()
-    # Leave without interpreter finalization: a gloo thread alive at Py_FinalizeEx can abort
-    # the process (worker.run_rank says why).
-    os._exit(0)
 
 
 def _run_rank(rank: int, port: int, settings) -> list[dict]:

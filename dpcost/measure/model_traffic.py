@@ -24,12 +24,8 @@ count, the one closing barrier per window included).
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
-from dpcost.measure.bucket_order import _receive
-from dpcost.procs import die_with_parent, free_port
+from dpcost.measure.bucket_order import BucketOrderError
+from dpcost.measure.rank_answers import gather
 
 PATTERNS = ("ddp", "dp", "dp-nccl")
 WARMUP = 2
@@ -42,41 +38,8 @@ def measure(spec: str, input_shape, vocab: int = 0, world_size: int = 2, steps: 
     bytes in one step, in the order all-reduced)}}. ``input_shape``: each rank's batch, float
     (``vocab`` 0) or integer tokens below ``vocab``. Raises BucketOrderError naming the rank
     when one fails; no rank outlives the call."""
-    from dpcost.measure.launch import warm_context
-
-    context = warm_context()
-    port = free_port()
-    pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
-    args = (port, spec, tuple(input_shape), vocab, world_size, steps)
-    ranks = [context.Process(target=_rank_main, args=(rank, pipes[rank][1], *args), daemon=True)
-             for rank in range(world_size)]
-    try:
-        for process in ranks:
-            process.start()
-        for _, writer in pipes:
-            writer.close()
-        deadline = time.monotonic() + timeout_s
-        return [_receive(reader, process, rank, deadline, timeout_s)
-                for rank, ((reader, _), process) in enumerate(zip(pipes, ranks, strict=True))]
-    finally:
-        for process in ranks:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGKILL)
-            process.join()
-        for reader, _ in pipes:
-            reader.close()
-
-
-def _rank_main(rank, writer, *args):
-    die_with_parent()
-    try:
-        writer.send(("ok", _run_rank(rank, *args)))
-    except Exception as error:  # noqa: BLE001 - the parent names it
-        import traceback
-
-        writer.send(("error", f"{error!r}\n{traceback.format_exc()[-2000:]}"))
-    writer.close()
-    os._exit(0)  # no interpreter finalization with gloo threads alive (worker.run_rank)
+    return gather(_run_rank, (spec, tuple(input_shape), vocab, world_size, steps), world_size,
+                  timeout_s, error=BucketOrderError)
 
 
 def build(spec: str):

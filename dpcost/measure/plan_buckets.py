@@ -15,12 +15,8 @@ shape, or integer tokens below the vocabulary when it is > 0.
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
-from dpcost.measure.bucket_order import BucketOrderError, _receive
-from dpcost.procs import die_with_parent, free_port
+from dpcost.measure.bucket_order import BucketOrderError
+from dpcost.measure.rank_answers import gather
 
 WORLD_SIZE = 2
 ITERATIONS = 3
@@ -36,45 +32,11 @@ def measure(cases=CASES, timeout_s: float = 180.0) -> dict:
     """{case name: {"bucket_sizes", "rebuilt_bucket_sizes": bytes per bucket in the reducer's
     order; "rebuilt_indices": parameter indices per rebuilt bucket; "ready_order": parameter
     indices in the order DDP saw them ready}}, from rank 0 (both ranks must agree)."""
-    from dpcost.measure.launch import warm_context
-
-    context = warm_context()
-    port = free_port()
-    pipes = [context.Pipe(duplex=False) for _ in range(WORLD_SIZE)]
-    ranks = [context.Process(target=_rank_main, args=(rank, port, pipes[rank][1], tuple(cases)),
-                             daemon=True) for rank in range(WORLD_SIZE)]
-    try:
-        for process in ranks:
-            process.start()
-        for _, writer in pipes:
-            writer.close()
-        answers = [_receive(reader, process, rank, time.monotonic() + timeout_s, timeout_s)
-                   for rank, ((reader, _), process) in enumerate(zip(pipes, ranks, strict=True))]
-    finally:
-        for process in ranks:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGKILL)
-            process.join()
-        for reader, _ in pipes:
-            reader.close()
+    answers = gather(_run_rank, (tuple(cases),), WORLD_SIZE, timeout_s, quiet_stderr=True,
+                     error=BucketOrderError)
     if answers[0] != answers[1]:
         raise BucketOrderError(f"the ranks disagree on DDP's buckets: {answers}")
     return answers[0]
-
-
-def _rank_main(rank, port, writer, cases):
-    die_with_parent()
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, 2)
-    os.close(quiet)
-    try:
-        writer.send(("ok", _run_rank(rank, port, cases)))
-    except Exception as error:  # noqa: BLE001 - the parent names it
-        import traceback
-
-        writer.send(("error", f"{error!r}\n{traceback.format_exc()[-2000:]}"))
-    writer.close()
-    os._exit(0)  # no interpreter finalization with gloo threads alive (worker.run_rank)
 
 
 def _ints(text) -> list:
