@@ -35,6 +35,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -519,15 +520,20 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output on stderr)"
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
 def _rank_stderr(log_dir: Path) -> str:
-    """The first rank's stderr that says anything, from torchrun's ``--redirects`` files
-    (``<log_dir>/<run>/attempt_0/<local rank>/stderr.log``)."""
-    for path in sorted(log_dir.glob("*/attempt_*/*/stderr.log"),
-                       key=lambda p: (p.parent.parent.name, int(p.parent.name))):
-        text = path.read_text(errors="replace")
-        if text.strip():
-            return text
-    return ""
+    """The rank's stderr that names the failure, from torchrun's ``--redirects`` files
+    (``<log_dir>/<run>/attempt_0/<local rank>/stderr.log``): the first whose last line is an
+    exception's (a peer that torchrun stopped mid-traceback ends on a source line instead),
+    else the first that says anything."""
+    texts = [path.read_text(errors="replace") for path in sorted(
+        log_dir.glob("*/attempt_*/*/stderr.log"),
+        key=lambda p: (p.parent.parent.name, int(p.parent.name)))]
+    said = [text for text in texts if text.strip()]
+    named = [text for text in said if _EXCEPTION_LINE.match(_last_line(text))]
+    return (named or said or [""])[0]
 
 
 def _read_records(folder: Path, name: str, script: Path, world_size: int) -> list[dict]:

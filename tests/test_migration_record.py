@@ -135,3 +135,16 @@ def test_help_describes_the_check(capsys):
     with pytest.raises(SystemExit) as exiting:
         m.main(["check", "--help"])
     assert "--optimizer-tolerance" in capsys.readouterr().out
+
+
+def test_the_rank_that_names_the_failure_is_reported_not_a_peer_cut_mid_traceback(tmp_path):
+    cut = ('Traceback (most recent call last):\n  File "ddp.py", line 58\n'
+           '    "final_loss": float(loss),\n')
+    named = "Traceback (most recent call last):\n  File \"ddp.py\"\nValueError: bad batch\n"
+    for rank, text in ((0, cut), (1, named)):
+        folder = tmp_path / "run_abc" / "attempt_0" / str(rank)
+        folder.mkdir(parents=True)
+        (folder / "stderr.log").write_text(text)
+    assert m._last_line(m._rank_stderr(tmp_path)) == "ValueError: bad batch"
+    (tmp_path / "run_abc" / "attempt_0" / "1" / "stderr.log").write_text("")
+    assert m._last_line(m._rank_stderr(tmp_path)) == '"final_loss": float(loss),'  # all there is
