@@ -62,28 +62,40 @@ def test_one_bucket_keeps_the_calls_in_order_and_the_replicas_identical():
 
 def test_with_one_gloo_worker_the_hook_waits_on_the_thread_that_would_run_p():
     before = _descendants()
-    result = pg.probe(bucket_cap_mb=pg.ONE_BUCKET_MB, gloo_threads=1)
+    result = pg.probe(**pg.ONE_WORKER_CASE)
     assert _descendants() == before
     assert result["outcome"] == "hung"
     assert result["steps"] == [pg.START_ITER] * 2  # the warm-up ran; the first compressed not
-    # each rank issued U, then P from U's callback, and waits for P on gloo's only worker
+    # each rank issued U, then P from U's callback, and waits for P
     assert [calls[pg.START_ITER:] for calls in result["calls"]] == [
         [["U", 0, 2000], ["P", 0, 2000]]] * 2
-    assert result["waiting"] == [["unpack_uncompressed_tensors_and_allreduce_ps"]] * 2
+    # rank 0's callback holds its only worker; rank 1, the straggler, may have found its U
+    # complete and waited on DDP's thread instead, which holds no worker
+    p_wait = ["unpack_uncompressed_tensors_and_allreduce_ps"]
+    assert result["waiting"][0] == p_wait and result["waiting"][1] in ([], p_wait)
     assert pg.describe(result)["outcome"] == "hung: all 1 of rank 0's workers wait in the hook"
 
 
 def test_a_faulthandler_dump_is_read_for_the_hook_functions_waiting():
-    dump = """Thread 0x00007f01 (most recent call first):
-  File "/x/torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py", line 611 in compute_qs
+    hook = "/x/torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py"
+    dump = f"""Thread 0x00007f01 (most recent call first):
+  File "{hook}", line 611 in compute_qs
 
 Thread 0x00007f02 (most recent call first):
 
-Thread 0x00007f03 (most recent call first):
+Current thread 0x00007f03 (most recent call first):
+  File "{hook}", line 589 in unpack_uncompressed_tensors_and_allreduce_ps
+  File "{hook}", line 647 in powerSGD_hook
   File "/x/torch/autograd/graph.py", line 979 in _engine_run_backward
-  File "/x/torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py", line 589 in unpack
+  File "/x/dpcost/measure/powersgd_gloo.py", line 180 in rank_main
 """
+    # the worker's wait counts; DDP's thread (it runs rank_main) waits too, but holds no worker
     assert pg._waiting_in_hook(dump) == ["compute_qs"]
+    worker_last = dump.replace("Current thread 0x00007f03", "Thread 0x00007f03").replace(
+        "Thread 0x00007f01", "Current thread 0x00007f01")
+    assert pg._waiting_in_hook(worker_last) == ["compute_qs"]
+    assert pg._waiting_in_hook(dump.replace("rank_main", "run")) == [
+        "compute_qs", "unpack_uncompressed_tensors_and_allreduce_ps"]
     assert pg._waiting_in_hook("") == []
 
 

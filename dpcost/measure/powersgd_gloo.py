@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +69,10 @@ LESSON_CASES = (
     {"bucket_cap_mb": None, "gloo_threads": 2, "straggler_s": STRAGGLER_S},
     {"bucket_cap_mb": None, "gloo_threads": 8, "straggler_s": STRAGGLER_S},
 )
+# One worker hangs even one bucket: rank 0's U completes on its only worker, whose callback
+# then waits for P there. Rank 1, the straggler, may find its U already complete and run that
+# callback on DDP's thread instead (see _waiting_in_hook); either way rank 0's P never runs.
+ONE_WORKER_CASE = {"bucket_cap_mb": ONE_BUCKET_MB, "gloo_threads": 1, "straggler_s": STRAGGLER_S}
 
 
 class ProbeError(RuntimeError):
@@ -203,11 +208,21 @@ def _read_log(path: Path) -> list:
 
 
 def _waiting_in_hook(stacks: str) -> list:
-    """Per thread of a faulthandler dump: the hook function its newest frame is in, if any."""
+    """Per gloo worker thread of a faulthandler dump: the hook function its newest frame is in.
+
+    A worker runs the hook's callbacks from C++, so its stack holds no ``rank_main`` frame;
+    DDP's own thread does. DDP's thread can wait in the hook too: a callback attached to a
+    future that is already complete runs at once on the thread that attaches it
+    (``ivalue::Future::addCallback`` in ATen/core/ivalue_inl.h), and that wait holds no worker.
+    """
     waiting = []
-    for block in stacks.split("Thread 0x")[1:]:
-        frames = [line.strip() for line in block.splitlines()[1:] if line.strip()]
-        if frames and "powerSGD_hook.py" in frames[0]:
+    blocks = re.split(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$",
+                      stacks, flags=re.MULTILINE)[1:]
+    for block in blocks:
+        frames = [line.strip() for line in block.splitlines() if line.strip()]
+        if not frames or any(frame.endswith(" in rank_main") for frame in frames):
+            continue
+        if "powerSGD_hook.py" in frames[0]:
             name = frames[0].rsplit(" in ", 1)[-1]
             if name in HOOK_WAITS:
                 waiting.append(name)
@@ -310,9 +325,10 @@ def run_ranks(ranks, out: Path, stall_s=STALL_S, timeout_s=120.0) -> str:
         for process in started:  # its session, group and anything under it
             kill_tree(process.process if isinstance(process, _WarmProcess) else process)
     if outcome == "exited" and any(p.returncode != 0 for p in started):
+        outputs = [out / f"output{r}.txt" for r in range(len(started))]
         tails = "\n".join(f"--- rank {r}, exit {p.returncode}:\n"
-                          + (out / f"output{r}.txt").read_text()[-2000:]
-                          for r, p in enumerate(started))
+                          + (path.read_text()[-2000:] if path.exists() else "(no output)")
+                          for r, (p, path) in enumerate(zip(started, outputs, strict=True)))
         raise ProbeError(f"a rank failed (exit statuses {[p.returncode for p in started]}):\n"
                          + tails)
     return "ran" if outcome == "exited" else outcome
@@ -336,16 +352,24 @@ def _watch(ranks, out, stall_s, timeout_s) -> str:
         elif trained and now - moved > stall_s:
             for process in ranks:
                 os.kill(process.pid, signal.SIGUSR1)  # faulthandler: dump every thread
-            stacks = [out / f"stacks{rank}.txt" for rank in range(len(ranks))]
-            deadline = now + 5
-            while time.monotonic() < deadline and not all(
-                    path.exists() and "Thread 0x" in path.read_text() for path in stacks):
-                time.sleep(0.05)
-            time.sleep(0.2)  # let the dump finish
+            _wait_for_dumps([out / f"stacks{rank}.txt" for rank in range(len(ranks))])
             return "hung"
         if now - start > timeout_s:
             raise ProbeError(f"the ranks did not finish within {timeout_s:g} s (and did not "
                              f"stall once training)")
+        time.sleep(0.05)
+
+
+def _wait_for_dumps(paths, timeout_s=10.0, settle_s=0.3):
+    """Until every dump has begun and no file has grown for ``settle_s`` (a rank that the
+    scheduler stops mid-dump finishes it later), or ``timeout_s``."""
+    deadline, sizes, still_since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        current = [path.stat().st_size if path.exists() else 0 for path in paths]
+        if current != sizes:
+            sizes, still_since = current, time.monotonic()
+        elif all(current) and time.monotonic() - still_since >= settle_s:
+            return
         time.sleep(0.05)
 
 
@@ -416,8 +440,7 @@ def _default_gloo_threads_main(writer, port):
 
 
 def main(argv) -> int:
-    cases = list(LESSON_CASES) + [{"bucket_cap_mb": ONE_BUCKET_MB, "gloo_threads": 1,
-                                   "straggler_s": 0.0}]
+    cases = list(LESSON_CASES) + [ONE_WORKER_CASE]
     if argv[:1] == ["--json"]:
         results = [probe(**case) for case in cases]
         print(json.dumps(results))
