@@ -48,6 +48,8 @@ SERIAL = (
     "notebooks/ex3_migrate.ipynb",
     "notebooks/instructor/ex3_migrate.ipynb",
 )
+# Files with some tests marked serial in the file itself (the rest run in the parallel lane).
+MIXED = ("tests/test_nbgrader.py",)
 
 
 # The lessons that need no torch. Under nbval their kernel (and its children) start with torch made
@@ -94,6 +96,24 @@ def pytest_unconfigure(config):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "serial: starts ranks or time-bounded processes; runs alone (conftest.py)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Each lane imports only the files it can run: collecting all of tests/ costs about 15 s of
+    CPU (torch, nbformat, nbgrader), paid by the serial lane and by each parallel worker."""
+    lane = config.getoption("markexpr", "")
+    if lane not in ("serial", "not serial") or collection_path.is_dir():
+        return None
+    try:
+        name = collection_path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    if not (name.startswith(("tests/test_", "notebooks/")) and
+            name.endswith((".py", ".ipynb"))):
+        return None
+    if lane == "serial":
+        return name not in SERIAL + MIXED or None
+    return name in SERIAL or None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,8 +2,9 @@
 
 Before and after each test it sums utime + stime + cutime + cstime (``/proc/<pid>/stat``) over
 the pytest process and every live descendant, so ranks, kernels, torchrun and browsers that a
-test starts are counted when they are reaped inside the tree. One JSON line per test goes to
-``$TREECPU_OUT`` (default /tmp/treecpu.jsonl). Linux only. Used for issue 19's profile:
+test starts are counted when they are reaped inside the tree. One JSON line per test, its CPU and
+wall seconds, goes to ``$TREECPU_OUT`` (default /tmp/treecpu.jsonl). Linux only. Used for issue
+19's profile:
 
     PYTHONPATH=benchmarks make test TEST_ARGS="-p tree_cpu"
     python3 -c "import json, collections; c = collections.Counter(); \\
@@ -13,6 +14,7 @@ test starts are counted when they are reaped inside the tree. One JSON line per 
 
 import json
 import os
+import time
 
 import pytest
 
@@ -48,8 +50,9 @@ def tree_cpu_s(root: int) -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = tree_cpu_s(os.getpid())
+    before, started = tree_cpu_s(os.getpid()), time.monotonic()
     yield
     used = tree_cpu_s(os.getpid()) - before
     with open(OUT, "a") as f:
-        f.write(json.dumps({"id": item.nodeid, "cpu": round(used, 2)}) + "\n")
+        f.write(json.dumps({"id": item.nodeid, "cpu": round(used, 2),
+                            "wall": round(time.monotonic() - started, 2)}) + "\n")

@@ -1,4 +1,4 @@
-"""One master, two versions: the generator, the committed notebooks' sync, stubs vs solutions."""
+"""One master, two versions: the generator and the committed notebooks' sync."""
 
 import nbformat
 import pytest
@@ -81,25 +81,9 @@ def test_committed_student_version_is_what_the_generator_writes(master_path, stu
             assert all(out.output_type != "error" for out in cell.outputs)
 
 
-def _run_cells(notebook, grade_cells: bool = True) -> dict:
-    """Execute a notebook's code cells in one namespace (as a kernel would, minus display)."""
-    namespace = {"__name__": "__main__"}
-    for cell in notebook.cells:
-        if cell.cell_type == "code" and (
-                grade_cells or not cell.metadata.get("nbgrader", {}).get("grade")):
-            exec(compile(cell.source, f"<cell {cell.id}>", "exec"), namespace)
-    return namespace
-
-
-@pytest.mark.parametrize("master_path, student_path", pairs())
-def test_stubs_report_failures_solutions_pass(master_path, student_path, monkeypatch):
-    # The student's grade cells grade the stubs (0 each): nbval runs them in the notebooks.
-    student = _run_cells(nbformat.read(student_path, as_version=4), grade_cells=False)
-    assert student["report"].total > 0 and student["report"].passed == 0
-    monkeypatch.chdir(master_path.parent)  # the grade cells grade the notebook's file
-    master = _run_cells(nbformat.read(master_path, as_version=4))  # hidden tests assert
-    assert master["report"].all_passed
-    assert master["report"].total == student["report"].total
+# Stubs report failures and solutions pass: nbval checks that in the six exercise notebooks,
+# whose committed submit() outputs read "Score: 0/16 tests passed" (student) and "16/16" (master)
+# for the same battery. (A test here ran those cells again, 19 s of CPU; issue 19 merged it.)
 
 
 def test_grade_cells_stay_and_cells_lock_as_nbgrader_locks_them():

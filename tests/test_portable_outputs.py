@@ -140,3 +140,14 @@ def test_serial_tests_are_the_multiprocess_ones():
     assert all((ROOT / name).exists() for name in serial)
     torch_notebooks = {str(p.relative_to(ROOT)) for p in TORCH_NOTEBOOKS}
     assert {name for name in serial if name.startswith("notebooks/")} <= torch_notebooks
+
+
+def test_each_lane_collects_every_file_that_holds_its_tests():
+    """Each lane of make test collects only its own files (conftest.py's pytest_ignore_collect):
+    a test marked serial in a file that is neither in SERIAL nor in MIXED would never run."""
+    conftest = _root_conftest()
+    marked = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+              if re.search(r"(@|marks=)pytest\.mark\.serial\b", p.read_text())}
+    assert marked <= set(conftest.MIXED) | set(conftest.SERIAL)
+    assert not set(conftest.MIXED) & set(conftest.SERIAL)
+    assert all((ROOT / name).exists() for name in conftest.MIXED)
