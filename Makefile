@@ -8,7 +8,7 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
          --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test test-pure test-serial lint unit nbval notebooks browser student stress clean site constraints slides \
+.PHONY: lab test test-pure test-serial test-heavy lint unit nbval notebooks browser student stress clean site constraints slides \
         portable portable-first portable-second
 
 # Ranges in pyproject.toml, exact versions (those behind the committed outputs) in constraints.txt.
@@ -41,20 +41,24 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab $(LAB_ARGS) notebooks/
 
-# Two lanes at once. The tests that start ranks, torchrun or time-bounded processes
-# (conftest.py's SERIAL list) run one at a time at normal priority. The pure tests and notebooks
-# run beside them on 2 workers under SCHED_IDLE (chrt --idle): Linux gives them only the CPU
-# time that the serial lane leaves, so the ranks keep their cores whenever they can use them.
-# Each lane's output is printed when it ends. Without chrt the lanes run one after the other.
+# Three lanes at once (conftest.py says which file goes where). The tests that start processes and
+# time them run one at a time at normal priority; those that start ranks or torchrun but time
+# nothing run one at a time at nice 19, on the CPU time the first lane leaves; the pure tests and
+# notebooks run on 2 workers under SCHED_IDLE (chrt --idle), on what both leave: the timed ranks
+# keep their cores whenever they can use them. Each lane's output is printed when it ends.
+# Without chrt the lanes run one after the other.
 IDLE := $(if $(shell command -v chrt 2>/dev/null),chrt --idle 0)
 test: $(STAMP) browser
 	$(PY) -m ruff check .
-	$(MAKE) --no-print-directory $(if $(IDLE),-j2) --output-sync=target test-serial test-pure
+	$(MAKE) --no-print-directory $(if $(IDLE),-j3) --output-sync=target test-serial test-heavy \
+	    test-pure
 test-pure: $(STAMP)
-	$(IDLE) $(PY) -m pytest tests notebooks $(NBVAL) -m "not serial" -n 2 --dist loadfile \
-	    -p no:cacheprovider $(TEST_ARGS)
+	$(IDLE) $(PY) -m pytest tests notebooks $(NBVAL) -m "not serial and not heavy" -n 2 \
+	    --dist loadfile -p no:cacheprovider $(TEST_ARGS)
 test-serial: $(STAMP)
-	$(PY) -m pytest tests notebooks $(NBVAL) -m serial $(TEST_ARGS)
+	$(PY) -m pytest tests notebooks $(NBVAL) -m serial -p no:cacheprovider $(TEST_ARGS)
+test-heavy: $(STAMP)
+	nice -n 19 $(PY) -m pytest tests notebooks $(NBVAL) -m heavy -p no:cacheprovider $(TEST_ARGS)
 
 # The notebooks that train and time with torch (06-09, ex3 and its master), again under strict
 # nbval with other CPU kernels and thread counts: a checked output that depends on them fails here

@@ -1,11 +1,15 @@
-"""Which tests run serially: those that start ranks, torchrun or time-bounded processes.
+"""Which tests start ranks, torchrun or time-bounded processes, and in which lane they run.
 
-`make test` runs these one at a time (`pytest -m serial`) and, beside them, everything else on 2
-workers under SCHED_IDLE (`chrt --idle 0 pytest -n 2 -m "not serial"`): Linux runs the idle lane
-only on CPU time that these leave, so a multi-process test keeps its cores whenever it can use
-them, and its timeouts and orderings stay what they are on an idle machine. A new test file or
-notebook that starts processes goes in this list; benchmarks/repeat.py repeats every test file in
-it.
+`make test` runs three lanes at once:
+- TIMED, one test at a time at normal priority (`pytest -m serial`): what starts processes and
+  times them (hang timeouts of a second, signals, stalls, timing fits), so that its timeouts and
+  orderings stay what they are on an idle machine;
+- UNTIMED, one test at a time at nice 19 (`nice -n 19 pytest -m heavy`): what starts ranks or
+  torchrun but times nothing (its timeouts are minutes), on the CPU time the timed lane leaves;
+- everything else on 2 workers under SCHED_IDLE (`chrt --idle 0 pytest -n 2`), on what both
+  leave.
+A new test file or notebook that starts processes goes in TIMED (or UNTIMED, if nothing in it is
+bounded by seconds); benchmarks/repeat.py repeats every test file in SERIAL, the two together.
 """
 
 import os
@@ -17,39 +21,45 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 
-SERIAL = (
-    # ranks over gloo, torchrun agents, or timed hangs and signals
-    "tests/test_measure_torchrun.py",
+TIMED = (
+    # hang and set-up timeouts of a second, signals, stalls, killed trees, timing fits
     "tests/test_measure_launch.py",
     "tests/test_measure_cli.py",
     "tests/test_measure_preflight.py",
-    "tests/test_measure_scenarios.py",
-    "tests/test_measure_traffic.py",
     "tests/test_measure_timeline.py",
-    "tests/test_measure_bucket_order.py",
-    "tests/test_measure_strategies.py",
     "tests/test_powersgd_gloo.py",
-    "tests/test_examples.py",
     "tests/test_migration.py",
-    "tests/test_migration_check.py",
     "tests/test_pitfalls.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
     "tests/test_procs.py",
-    "tests/test_plan_ddp.py",
-    "tests/test_plan_measure.py",
-    # notebooks that start process groups
+    # notebooks that time, stall or grade within seconds
     "notebooks/06_measure_it.ipynb",
     "notebooks/07_time_and_overlap.ipynb",
     "notebooks/08_beyond_ddp.ipynb",
-    "notebooks/09_moving_to_ddp.ipynb",
-    "notebooks/09b_ddp_pitfalls.ipynb",
-    "notebooks/10_plan_your_own_model.ipynb",
     "notebooks/ex3_migrate.ipynb",
     "notebooks/instructor/ex3_migrate.ipynb",
 )
-# Files with some tests marked serial in the file itself (the rest run in the parallel lane).
-MIXED = ("tests/test_nbgrader.py",)
+UNTIMED = (
+    # ranks over gloo and torchrun agents whose timeouts are minutes
+    "tests/test_measure_torchrun.py",
+    "tests/test_measure_scenarios.py",
+    "tests/test_measure_traffic.py",
+    "tests/test_measure_bucket_order.py",
+    "tests/test_measure_strategies.py",
+    "tests/test_examples.py",
+    "tests/test_migration_check.py",
+    "tests/test_plan_ddp.py",
+    "tests/test_plan_measure.py",
+    "notebooks/09_moving_to_ddp.ipynb",
+    "notebooks/09b_ddp_pitfalls.ipynb",
+    "notebooks/10_plan_your_own_model.ipynb",
+)
+SERIAL = TIMED + UNTIMED  # every file that starts processes
+# Files with some tests marked for a lane in the file itself (the rest run in the parallel lane):
+# the lane's marker.
+MIXED = {"tests/test_nbgrader.py": "serial"}  # ex3's autograde: its checker bounds runs at 30 s
+LANE_FILES = {"serial": TIMED, "heavy": UNTIMED}
 
 
 # The lessons that need no torch. Under nbval their kernel (and its children) start with torch made
@@ -95,14 +105,16 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "serial: starts ranks or time-bounded processes; runs alone (conftest.py)")
+        "markers", "serial: starts processes and times them; runs alone (conftest.py's TIMED)")
+    config.addinivalue_line(
+        "markers", "heavy: starts ranks or torchrun, times nothing; its own lane (UNTIMED)")
 
 
 def pytest_ignore_collect(collection_path, config):
     """Each lane imports only the files it can run: collecting all of tests/ costs about 15 s of
-    CPU (torch, nbformat, nbgrader), paid by the serial lane and by each parallel worker."""
+    CPU (torch, nbformat, nbgrader), paid by each lane and by each parallel worker."""
     lane = config.getoption("markexpr", "")
-    if lane not in ("serial", "not serial") or collection_path.is_dir():
+    if lane not in ("serial", "heavy", "not serial and not heavy") or collection_path.is_dir():
         return None
     try:
         name = collection_path.resolve().relative_to(ROOT).as_posix()
@@ -111,13 +123,14 @@ def pytest_ignore_collect(collection_path, config):
     if not (name.startswith(("tests/test_", "notebooks/")) and
             name.endswith((".py", ".ipynb"))):
         return None
-    if lane == "serial":
-        return name not in SERIAL + MIXED or None
+    if lane in LANE_FILES:
+        return not (name in LANE_FILES[lane] or MIXED.get(name) == lane) or None
     return name in SERIAL or None
 
 
 def pytest_collection_modifyitems(config, items):
-    serial = {ROOT / name for name in SERIAL}
+    lanes = {ROOT / name: marker for marker, names in LANE_FILES.items() for name in names}
     for item in items:
-        if Path(str(item.path)).resolve() in serial:
-            item.add_marker(pytest.mark.serial)
+        marker = lanes.get(Path(str(item.path)).resolve())
+        if marker:
+            item.add_marker(getattr(pytest.mark, marker))
