@@ -29,7 +29,8 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 
 def _serial_tests() -> list[str]:
-    """The test files that conftest.py runs alone: they start ranks, torchrun or timed processes."""
+    """The test files of conftest.py's two one-at-a-time lanes: they start ranks, torchrun or
+    timed processes."""
     spec = importlib.util.spec_from_file_location("dpcost_root_conftest", ROOT / "conftest.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,12 +43,12 @@ PARALLEL_PROCESS_TESTS = [
     "tests/test_package.py",
     "tests/test_site.py",
     "tests/test_slides.py",
-    "tests/test_nbgrader.py",
     "tests/test_gpu_memory_check.py",
     "tests/test_explorer_browser.py",
 ]
 # Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
 MULTIPROCESS_TESTS = _serial_tests() + PARALLEL_PROCESS_TESTS
+assert len(set(MULTIPROCESS_TESTS)) == len(MULTIPROCESS_TESTS)
 
 # A notebook given on the command line runs under strict nbval, as `make test` runs it.
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-cell-timeout=300",

@@ -4,6 +4,7 @@ caller's end taking torchrun along (the course cases run for real in lesson 09).
 import os
 import sys
 import time
+import uuid
 
 import psutil
 import pytest
@@ -102,6 +103,17 @@ def test_script_diff_shows_the_migration_without_the_bug_flags():
     assert len(m.script_diff(without_bugs=False)) > len(diff)
 
 
+def _marked(mark: str) -> list[int]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("DPCOST_TEST_MARK") == mark:
+                found.append(process.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     """SIGKILL the process that called run_ddp: torchrun and both ranks must go too."""
     import signal
@@ -110,8 +122,10 @@ def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     code = ("from dpcost import migration as m\n"
             "m.run_ddp({'slow': ['--no-batchnorm', '--epochs', '100000']}, nproc=2)\n")
     # A process killed by SIGKILL cannot remove its temporary folder: keep it in tmp_path.
+    mark = uuid.uuid4().hex  # in every process this test starts, and only in them
     caller = subprocess.Popen([sys.executable, "-c", code], cwd=m.ROOT,
-                              env={**os.environ, "TMPDIR": str(tmp_path)})
+                              env={**os.environ, "TMPDIR": str(tmp_path),
+                                   "DPCOST_TEST_MARK": mark})
     deadline = time.monotonic() + 120
     ranks = []
     while time.monotonic() < deadline and len(ranks) < 2:
@@ -125,8 +139,7 @@ def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     caller.wait()
     gone, alive = psutil.wait_procs(family, timeout=20)
     assert alive == []
-    assert not [p for p in psutil.process_iter(["cmdline"])  # nothing of ours, anywhere
-                if "dpcost.migration" in " ".join(p.info["cmdline"] or [])]
+    assert _marked(mark) == []  # nothing of ours, anywhere (other lanes run migrations too)
 
 
 def test_rounded_shows_floats_to_four_significant_digits_and_keeps_the_rest():

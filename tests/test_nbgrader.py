@@ -254,40 +254,29 @@ def _graded_course(tmp_path_factory, assignments: tuple[str, ...], glob: str):
     return course, scores
 
 
-# Two courses, so that ex1 and ex2, whose grading starts no ranks, run in the parallel lane and
-# only ex3's (gloo ranks) in the serial one.
+# One course for the three exercises: nbgrader's generate_assignment and autograde run once.
+# ex3's grade cells start gloo ranks: the file runs in the lane of untimed ranks (conftest.py).
 @pytest.fixture(scope="module")
-def course_without_ranks(tmp_path_factory):
-    return _graded_course(tmp_path_factory, ("ex1", "ex2"), "ex[12]")
+def course(tmp_path_factory):
+    return _graded_course(tmp_path_factory, ("ex1", "ex2", "ex3"), "ex[123]")
 
 
-@pytest.fixture(scope="module")
-def course_with_ranks(tmp_path_factory):
-    return _graded_course(tmp_path_factory, ("ex3",), "ex3")
-
-
-def _course(request, assignment):
-    return request.getfixturevalue("course_with_ranks" if assignment == "ex3"
-                                   else "course_without_ranks")
-
-
-# ex3's grade cells start gloo ranks: its cases run in the serial lane
-EACH = [pytest.param("ex1"), pytest.param("ex2"), pytest.param("ex3", marks=pytest.mark.serial)]
+EACH = ["ex1", "ex2", "ex3"]
 
 
 @pytest.mark.parametrize("assignment", EACH)
-def test_autograde_gives_the_correct_submission_full_marks(request, assignment):
-    _, scores = _course(request, assignment)
+def test_autograde_gives_the_correct_submission_full_marks(course, assignment):
+    _, scores = course
     graded = scores[assignment, "correct"]
     assert graded and all(score == full for score, full in graded.values()), graded
     assert sum(full for _, full in graded.values()) == POINTS[ASSIGNMENTS[assignment]]
 
 
 @pytest.mark.parametrize("assignment", EACH)
-def test_autograde_gives_the_forged_submit_nothing(request, assignment):
+def test_autograde_gives_the_forged_submit_nothing(course, assignment):
     """Functions returning 0 (ex2: no sends), a submit() that says all passed, the checker's
     modules and subprocess.run patched: 0 on every grade cell."""
-    _, scores = _course(request, assignment)
+    _, scores = course
     graded = scores[assignment, "forged"]
     assert graded and all(score == 0 for score, _ in graded.values()), graded
 
@@ -300,13 +289,13 @@ def _autograded_output(course, assignment, kind, cell_id) -> str:
     return "".join("".join(o.get("text", "")) for o in cell["outputs"])
 
 
-def test_autograde_scores_the_wrong_submissions_by_their_tests(course_without_ranks):
+def test_autograde_scores_the_wrong_submissions_by_their_tests(course):
     """ex1: one function right (1), one with the formula but no input checks (partial credit,
     recomputed here by the checker), three returning 0.0 (0: the literal check fails). ex2: a
     right reduce-scatter (1), an empty all-gather (0, and 0 together)."""
     from dpcost.exercises import five_functions
 
-    path, scores = course_without_ranks
+    path, scores = course
     namespace = {}
     exec(NO_CHECKS_DDP, namespace)
     partial = five_functions.submit(namespace["ddp_communication_volume"])
@@ -320,11 +309,10 @@ def test_autograde_scores_the_wrong_submissions_by_their_tests(course_without_ra
                                       "grade-both": (0.0, 1.0)}
 
 
-@pytest.mark.serial
-def test_autograde_scores_the_wrong_migration_by_its_tests(course_with_ranks):
+def test_autograde_scores_the_wrong_migration_by_its_tests(course):
     """ex3: no set_epoch, so the order never changes and the parameters drift: 12 of 16 tests,
     1.5 of 2 points."""
-    path, scores = course_with_ranks
+    path, scores = course
     assert scores["ex3", "wrong"] == {"submit-hidden": (1.5, 2.0)}
     assert "train_ddp: 12/16" in _autograded_output(path, "ex3", "wrong", "submit-hidden")
 

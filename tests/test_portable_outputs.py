@@ -143,14 +143,12 @@ def test_serial_tests_are_the_multiprocess_ones():
 
 
 def test_each_lane_collects_every_file_that_holds_its_tests():
-    """Each lane of make test collects only its own files (conftest.py's pytest_ignore_collect):
-    a test marked for a lane in a file that is neither in that lane's list nor in MIXED would
-    never run."""
+    """Each lane of make test collects only its own files (conftest.py's pytest_ignore_collect),
+    and marks every test in them: a lane marker written in a test file would be a second list,
+    and a file in both lists would run twice."""
     conftest = _root_conftest()
-    marked = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-              if re.search(r"(@|marks=)pytest\.mark\.(serial|heavy)\b", p.read_text())}
-    assert marked <= set(conftest.MIXED) | set(conftest.SERIAL)
-    assert not set(conftest.MIXED) & set(conftest.SERIAL)
+    marked = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+              if re.search(r"(@|marks=)pytest\.mark\.(serial|heavy)\b", p.read_text())]
+    assert marked == []
     assert not set(conftest.TIMED) & set(conftest.UNTIMED)
-    assert set(conftest.MIXED.values()) <= set(conftest.LANE_FILES)
-    assert all((ROOT / name).exists() for name in conftest.MIXED)
+    assert conftest.SERIAL == conftest.TIMED + conftest.UNTIMED
