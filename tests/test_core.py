@@ -3,6 +3,7 @@
 import math
 from fractions import Fraction
 
+import hypothesis_profile  # noqa: F401 - derandomized, before any @given
 import numpy as np
 import pytest
 from hypothesis import given

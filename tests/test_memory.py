@@ -2,6 +2,7 @@
 on the outputs, the two gradient copies, activations, ZeRO's sharded states against the paper,
 the fit verdict, and errors that name the parameter."""
 
+import hypothesis_profile  # noqa: F401 - derandomized, before any @given
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

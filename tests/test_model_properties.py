@@ -3,12 +3,13 @@ that names the parameter; and the orderings the course relies on.
 
 Hypothesis draws the extremes a person or a widget can reach: integers past a float's range
 (10**400), subnormal and huge floats, zero GPUs, inf and nan. Derandomized with at most 200
-examples per property (tests/conftest.py), so every run tries the same cases.
+examples per property (tests/hypothesis_profile.py), so every run tries the same cases.
 """
 
 import math
 import time
 
+import hypothesis_profile  # noqa: F401 - derandomized, before any @given
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

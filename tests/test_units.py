@@ -1,6 +1,7 @@
 import math
 import time
 
+import hypothesis_profile  # noqa: F401 - derandomized, before any @given
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
