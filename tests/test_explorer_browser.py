@@ -97,9 +97,10 @@ def lab(tmp_path):
         log.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def page():
-    """A Chromium page that may only reach 127.0.0.1."""
+    """A Chromium page that may only reach 127.0.0.1, shared by the two tests (each goes to its
+    own server): one Chromium start, not two."""
     with local_page(timeout_ms=WAIT_MS) as (page, _blocked):
         yield page
 
