@@ -38,6 +38,7 @@ from dpcost.memory import (
     ATTENTIONS,
     COMPONENTS,
     PRECISION_MODES,
+    TRAINING_PRECISIONS,
     activation_bytes_per_sample,
     fit_verdicts,
     memory_per_gpu,
@@ -71,7 +72,7 @@ GPU_CHOICES = [2**k for k in range(11)]  # the slider: 1, 2, 4, ..., 1024
 GPUS_PER_NODE_CHOICES = [1, 2, 4, 8, 16]  # DGX A100/H100 and HGX boards: 8 (the default)
 # The curves: every n from 2 to 1024 that a log axis can tell apart, powers of two included.
 CURVE_GPUS = sorted({round(2 ** (k / 16)) for k in range(16, 161)} | set(GPU_CHOICES[1:]))
-PRECISION_CHOICES = ("fp32", "mixed", "bf16")  # dpcost.memory.PRECISION_MODES' training modes
+PRECISION_CHOICES = TRAINING_PRECISIONS
 INTRA_NODE_LINKS = ("NVLink 4 (H100)", "NVLink 3 (A100)", "PCIe 5.0 x16", "PCIe 4.0 x16")
 INTER_NODE_LINKS = ("InfiniBand NDR", "InfiniBand HDR", "100 GbE")
 OPTIMIZERS = [("SGD", "sgd"), ("SGD with momentum", "sgd_momentum"), ("Adam", "adam")]

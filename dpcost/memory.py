@@ -80,6 +80,7 @@ __all__ = [
     "PrecisionMode",
     "PRECISION_MODES",
     "PRECISIONS",
+    "TRAINING_PRECISIONS",
     "DEFAULT_PRECISION",
     "OPTIMIZERS",
     "ATTENTIONS",
@@ -139,6 +140,9 @@ PRECISION_MODES: dict[str, PrecisionMode] = {
         "torch/optim/adam.py: _init_group, zeros_like(param) keeps fp16"),
 }
 PRECISIONS = tuple(PRECISION_MODES)
+# What the course trains in and offers as a choice (the explorer's control, the planner's
+# --precision): pure fp16 stays for dtype lookups only, since it trains without loss scaling.
+TRAINING_PRECISIONS = tuple(p for p in PRECISION_MODES if p != "fp16")
 # The course's default precision, for every function that takes one (memory, strategies,
 # plots): fp32, because it is what PyTorch trains in when nothing else is asked for
 # (torch.get_default_dtype() is float32; torch.optim.Adam then keeps fp32 moments) and what

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from dpcost.memory import TRAINING_PRECISIONS
 from dpcost.plan.build import PlanError, build_module, example_input
 from dpcost.plan.costs import (
     ModuleFacts,
@@ -23,7 +24,7 @@ from dpcost.plan.costs import (
 __all__ = ["plan", "PlanError", "PRECISIONS", "OPTIMIZERS", "GPU_NAMES", "recommendation",
            "module_facts"]
 
-PRECISIONS = ("fp32", "mixed", "bf16")
+PRECISIONS = TRAINING_PRECISIONS
 # The command line's names -> dpcost.memory's.
 OPTIMIZERS = {"adam": "adam", "sgd": "sgd", "momentum": "sgd_momentum"}
 # Short names for the GPU presets (dpcost.presets.GPUS).
