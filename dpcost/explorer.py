@@ -90,7 +90,8 @@ MODULE_SETTINGS = {"spec": "dpcost.torch_models:small_cnn", "module_input": "3,3
 @lru_cache(maxsize=16)
 def planned_model(spec: str, per_sample: str):
     """A ModelPreset for the module ``spec`` builds, from one ``dpcost.plan`` trace on meta
-    (fp32, one sample): exact trainable parameters, outputs per sample and activation bytes
+    (fp32, one sample): exact trainable parameters, each tensor and the order autograd readies
+    their gradients (DDP's buckets, DataParallel's chunks), FLOPs, outputs and activation bytes
     per sample. ``per_sample``: one sample's float input shape ("3,32,32") or "tokens S".
     ValueError (``dpcost.plan.PlanError``) names what is wrong."""
     try:
@@ -109,8 +110,15 @@ def planned_model(spec: str, per_sample: str):
                          output_elements_per_sample=result["output_elements_per_sample"],
                          activation_bytes_per_sample=result["activation_bytes"],
                          name=f"your module {spec}")
-    return replace(model, source="dpcost.plan: counted on the meta device from one traced "
-                                 "forward and backward")
+    width = result["parameter_bytes"] / sum(  # fp32: the plan's bytes are 4 per element
+        result["by_dtype"][dtype]["parameters"] for dtype in result["by_dtype"])
+    elements = tuple(round(size / width) for size in result["param_bytes"])
+    flops = result["flops"]["forward"] + result["flops"]["backward"]  # one sample
+    return replace(model, parameter_elements=elements, ready_order=tuple(result["ready_order"]),
+                   training_flops_per_sample=flops,
+                   source="dpcost.plan: counted on the meta device from one traced forward and "
+                          "backward (parameters, tensors and their ready order, FLOPs, outputs, "
+                          "activations)")
 
 
 class Explorer:

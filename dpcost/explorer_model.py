@@ -154,10 +154,13 @@ def ddp_samples_per_rank(batch_size: int, num_gpus: int) -> int:
 def parameter_counts(model: ModelPreset) -> list[int] | None:
     """Elements of each parameter tensor, in registration order; None for a custom model.
 
-    ResNet-50 from ``dataparallel_traffic.resnet50_parameter_bytes``; the transformers from
-    their Hugging Face configs (``presets.transformer_parameter_counts``). None when ``model``
-    is not a preset with that exact parameter count.
+    A module traced by ``dpcost.plan``: its own tensors. ResNet-50 from
+    ``dataparallel_traffic.resnet50_parameter_bytes``; the transformers from their Hugging Face
+    configs (``presets.transformer_parameter_counts``). None when ``model`` is not a preset with
+    that exact parameter count.
     """
+    if model.parameter_elements is not None:  # a traced module (dpcost.plan)
+        return list(model.parameter_elements)
     if model.name == "ResNet-50" and model.parameters == MODELS["ResNet-50"].parameters:
         return [size for _, size in resnet50_parameter_bytes(dtype_bytes=1)]
     if model.name not in TRANSFORMER_SHAPES or MODELS[model.name].parameters != model.parameters:
@@ -184,10 +187,14 @@ def ddp_buckets(model: ModelPreset, precision: str) -> list[float]:
 
     ``buckets.ddp_buckets_from_sizes`` (torch's ``_compute_bucket_assignment_by_
     size``: caps 1 MiB then 25 MiB, tensors never split) over the gradients in ready order at
-    the mode's gradient width. A custom model has no tensor list: it is taken as many tensors
-    small against the caps, i.e. buckets of exactly 1 MiB, then 25 MiB, then the rest.
+    the mode's gradient width. A module traced by ``dpcost.plan`` gives its own ready order. A
+    custom model has no tensor list: it is taken as many tensors small against the caps, i.e.
+    buckets of exactly 1 MiB, then 25 MiB, then the rest.
     """
     g = PRECISION_MODES[precision].gradient_bytes
+    if model.ready_order is not None:  # a traced module: its gradients as autograd readies them
+        ready = [model.parameter_elements[i] * g for i in model.ready_order]
+        return list(ddp_buckets_from_sizes(ready)) or [0.0]
     return list(_ddp_buckets(model.name, model.parameters, g))
 
 
@@ -199,9 +206,12 @@ def training_flops(model: ModelPreset, samples: int) -> float:
 
     Transformers: ``6 N T`` with T = samples x the preset's sequence length
     (``step_time.transformer_training_flops``, Kaplan et al. 2020); ResNet-50:
-    ``step_time.resnet50_training_flops`` (3 x 2 x 4.09e9 per 224 x 224 image); a custom model:
-    6 N per sample, as a network that uses each weight once per sample (an MLP) would.
+    ``step_time.resnet50_training_flops`` (3 x 2 x 4.09e9 per 224 x 224 image); a module traced
+    by ``dpcost.plan``: its counted FLOPs per sample (``FlopCounterMode``); a custom model: 6 N
+    per sample, as a network that uses each weight once per sample (an MLP) would.
     """
+    if model.training_flops_per_sample is not None:  # counted on a traced module
+        return model.training_flops_per_sample * samples
     shape = TRANSFORMER_SHAPES.get(model.name)
     if shape is not None and MODELS[model.name].parameters == model.parameters:
         return transformer_training_flops(model.parameters, samples * shape.seq_len)

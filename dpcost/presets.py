@@ -53,6 +53,11 @@ class ModelPreset:
     output_elements_per_sample: int  # ResNet-50: 1000 logits; GPT-2 small: seq_len * 50257
     activation_bytes_per_sample: float  # fp32 activations kept for backward, per sample (estimate)
     default_batch_size: int
+    # A module traced by dpcost.plan knows its tensors and its FLOPs; a preset or a custom count
+    # leaves them None (the explorer then uses the preset's tables or a custom model's rules).
+    parameter_elements: tuple[int, ...] | None = None  # each trainable tensor, registration order
+    ready_order: tuple[int, ...] | None = None  # their indices as autograd makes gradients ready
+    training_flops_per_sample: float | None = None  # forward + backward, counted on one sample
 
 
 @dataclass(frozen=True)

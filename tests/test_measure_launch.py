@@ -49,10 +49,14 @@ def test_free_port_can_be_bound():
 
 
 def test_a_rank_killed_mid_run_is_named_and_not_the_peer_it_left_behind():
-    # The peer fails at once with "Connection reset by peer": a consequence, not the cause.
+    # The peer fails with "Connection reset by peer": a consequence, not the cause. It usually
+    # reports within the launcher's grace (the whole run takes about 0.4 s), and is then listed
+    # as one; in 2 runs of about 80 on 2026-12-02 (one make test, one repeat under load) it had
+    # not, even with 5 s of grace, and the cause stood alone. Not explained yet.
     before = our_descendants()
-    with pytest.raises(MeasureError, match=r"rank 1 died: killed by signal SIGKILL without "
-                                           r"reporting \(then rank\(s\) 0 failed") as info:
+    with pytest.raises(MeasureError, match=r"^rank 1 died: killed by signal SIGKILL without "
+                                           r"reporting( \(then rank\(s\) 0 failed as a "
+                                           r"consequence\))?$") as info:
         measure_traffic(world_size=2, model_bytes=5e5, steps=3, scenarios=("ddp",),
                         fault=(1, "kill"))
     assert info.value.rank == 1

@@ -30,3 +30,22 @@ def test_token_input():
                         module_input="tokens 16")
     assert explorer.error is None
     assert explorer.last["model_size_bytes"] > 0
+
+
+def test_your_module_has_ddps_real_buckets_and_its_counted_flops():
+    """The explorer's DDP buckets are the plan's (DDP's rebuilt assignment over the module's
+    own gradients in ready order), and its compute is the plan's counted FLOPs, not a custom
+    model's 6 N per sample. Checked against the plan for two modules, one with tied weights."""
+    from dpcost.explorer import planned_model
+    from dpcost.explorer_model import ddp_buckets, parameter_counts, training_flops
+
+    for spec, per_sample, plan_input in (
+            ("dpcost.torch_models:small_cnn", "3,32,32", {"input_shape": "1,3,32,32"}),
+            ("dpcost.torch_models:tied_lm", "tokens 16", {"batch": 1, "seq": 16})):
+        planned = plan(spec, gpus=1, precision="fp32", **plan_input)
+        model = planned_model(spec, per_sample)
+        assert ddp_buckets(model, "fp32") == planned["buckets"]["rebuilt_bytes"], spec
+        assert sum(parameter_counts(model)) == planned["trainable_parameters"], spec
+        flops = planned["flops"]["forward"] + planned["flops"]["backward"]
+        assert training_flops(model, 32) == 32 * flops, spec
+        assert flops != 6 * planned["trainable_parameters"], spec  # not the custom rule

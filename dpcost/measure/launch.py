@@ -43,8 +43,7 @@ from dpcost.procs import die_with_parent, exit_cause, free_port, kill_tree
 
 # Imported once in the warm process (forkserver); every helper and rank is forked from it.
 WARM_MODULE = "dpcost.measure.warm"
-GRACE_S = 5.0  # time to let the peers of a failed rank report, so that the first cause wins
-# (they fail within a second when a rank dies; a CI run once saw none within 2 s)
+GRACE_S = 2.0  # time to let the peers of a failed rank report, so that the first cause wins
 EXIT_TIMEOUT_S = 30.0  # a rank that posted its result must have exited within this time
 M_MMAP_THRESHOLD = -3  # from <malloc.h>
 
