@@ -1,4 +1,4 @@
-"""dpcost.plan's DDP buckets against a real DDP on 2 gloo ranks (serial lane: starts ranks).
+"""dpcost.plan's DDP buckets against a real DDP on 2 gloo ranks (UNTIMED lane: starts ranks).
 
 One 2-rank run (``dpcost.measure.plan_buckets.measure``, module-scoped) builds all four modules
 (ResNet-50, nn.TransformerEncoder, a module with a frozen parameter, one with tied weights);

@@ -1,6 +1,6 @@
 """``python -m dpcost.measure --model SPEC`` measures a user's module over gloo, and the bytes
 per rank ``dpcost.plan`` predicts for DDP and both DataParallel patterns agree with it within
-gloo's framing (serial lane: starts ranks). One 2-rank run, shared by the tests."""
+gloo's framing (UNTIMED lane: starts ranks). One 2-rank run, shared by the tests."""
 
 import contextlib
 import io
