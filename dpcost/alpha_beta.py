@@ -17,8 +17,9 @@ ring per DDP bucket) and ``dp_chunked_time_terms`` (one broadcast and one reduce
 chunk, on the copy or the NCCL path).
 
 This module is the lessons' face of the time model: DDP's ring terms are
-``dpcost.step_time.ring_allreduce_terms`` and ``bucketed_allreduce_terms`` (their owner, which
-also adds compute and overlap), taking the five functions' ``model_size_bytes``. A size whose
+``dpcost.step_time.ring_allreduce_terms`` and ``bucketed_allreduce_terms``, DataParallel's
+chunked ones ``step_time.dp_transfer_terms`` over ``dp_path_traffic`` (their owner, which also
+adds compute and overlap), taking the five functions' ``model_size_bytes``. A size whose
 time is past a float's range (an int such as 10**400) is refused with a ValueError, as in
 ``step_time``. Pure Python (no numpy), so the explorer can call it cheaply.
 """
@@ -28,8 +29,8 @@ from __future__ import annotations
 import math
 
 from dpcost.core import check_model_size_bytes, check_num_gpus, check_real
-from dpcost.dataparallel_traffic import DP_CHUNK_BYTES, DP_PATHS
-from dpcost.step_time import bucketed_allreduce_terms, ring_allreduce_terms
+from dpcost.dataparallel_traffic import DP_CHUNK_BYTES, DP_PATHS, dp_path_traffic
+from dpcost.step_time import bucketed_allreduce_terms, dp_transfer_terms, ring_allreduce_terms
 
 __all__ = [
     "ddp_communication_time_terms",
@@ -103,7 +104,9 @@ def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, lat
     Each is cut into ``c = ceil(P / chunk_bytes)`` chunks (``comm.py``'s 10 MiB
     ``buffer_size``), each paying (n-1) alpha (serial copies on the copy path, the chain's
     hops on the NCCL path): latency ``2 c (n-1) alpha``. Bandwidth on GPU0's link: copy path
-    ``2 (n-1) P / beta`` (the star), NCCL path ``2 P / beta`` (a pipelined chain).
+    ``2 (n-1) P / beta`` (the star), NCCL path ``2 P / beta`` (a pipelined chain). Computed
+    from ``dataparallel_traffic.dp_path_traffic``'s two phases by
+    ``step_time.dp_transfer_terms``, which ``step_time.dp_step_time`` charges too.
     """
     size, n, beta, alpha = _check_inputs(
         model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
@@ -112,6 +115,6 @@ def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, lat
     limit = check_real(chunk_bytes, "chunk_bytes", 0.0, strict=True)
     if n <= 1:
         return 0.0, 0.0
-    chunks = math.ceil(size / limit) if size > 0 else 0
-    bandwidth = 2 * (n - 1) * size / beta if path == "copy" else 2 * size / beta
-    return _finite(2 * chunks * (n - 1) * alpha, bandwidth)
+    # the broadcast of P and the reduce of G = P, as dp_step_time charges them
+    rows = dp_path_traffic(size, 0, size, 0, 0, n, path=path, chunk_bytes=limit)
+    return _finite(*dp_transfer_terms(rows, beta, alpha))

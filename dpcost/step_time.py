@@ -368,11 +368,19 @@ def _check_finite_step(total_s, communication_s):
                          f"{communication_s!r}")
 
 
-def _dp_transfer_time(row, beta, alpha) -> float:
-    """Seconds of one DataParallel phase on GPU0's link (alpha per critical-path message)."""
+def dp_transfer_terms(rows, beta, alpha) -> tuple[float, float]:
+    """(latency, bandwidth) seconds of DataParallel phases on GPU0's link, one after another:
+    per phase (a row of ``dataparallel_traffic.dp_path_traffic``) ``latency_steps x alpha`` (one
+    alpha per critical-path message) and its bytes on GPU0's link over beta."""
     # On the NCCL path GPU0's link carries every chunk once (a pipelined chain: P out in the
     # broadcast, G in the reduce), with n - 1 hops of latency each; on the copy path n - 1 times.
-    return row.latency_steps * alpha + max(row.sent[0], row.received[0]) / beta
+    latency = sum(row.latency_steps for row in rows) * alpha
+    return latency, sum(max(row.sent[0], row.received[0]) for row in rows) / beta
+
+
+def _dp_transfer_time(row, beta, alpha) -> float:
+    """Seconds of one DataParallel phase on GPU0's link."""
+    return sum(dp_transfer_terms([row], beta, alpha))
 
 
 def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
