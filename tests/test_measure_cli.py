@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from process_marks import marked_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -140,17 +141,6 @@ def test_impossible_runs_are_refused_before_any_rank_starts(args, monkeypatch, c
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "error: --" in err
-
-
-def marked_processes(mark):
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("DPCOST_TEST_MARK") == mark:
-                found.append(process.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def _as_in_a_terminal():

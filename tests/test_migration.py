@@ -8,6 +8,7 @@ import uuid
 
 import psutil
 import pytest
+from process_marks import marked_processes
 
 from dpcost import migration as m
 
@@ -103,17 +104,6 @@ def test_script_diff_shows_the_migration_without_the_bug_flags():
     assert len(m.script_diff(without_bugs=False)) > len(diff)
 
 
-def _marked(mark: str) -> list[int]:
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("DPCOST_TEST_MARK") == mark:
-                found.append(process.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     """SIGKILL the process that called run_ddp: torchrun and both ranks must go too."""
     import signal
@@ -139,7 +129,7 @@ def test_killing_the_caller_takes_torchrun_and_its_ranks_along(tmp_path):
     caller.wait()
     gone, alive = psutil.wait_procs(family, timeout=20)
     assert alive == []
-    assert _marked(mark) == []  # nothing of ours, anywhere (other lanes run migrations too)
+    assert marked_processes(mark) == []  # nothing of ours, anywhere (other lanes run these too)
 
 
 def test_rounded_shows_floats_to_four_significant_digits_and_keeps_the_rest():
