@@ -107,17 +107,6 @@ def test_output_that_cannot_be_written_exits_1_with_one_line(command, fault):
     assert words in lines[0]
 
 
-def test_a_plot_that_fails_to_save_keeps_the_report_and_says_so_in_one_line():
-    # /dev/full passes the check made before the run (a writable file), then fails to save.
-    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
-                  "0.25", "--steps", "2", "--scenario", "ddp", "--json", "--plot", "/dev/full"])
-    assert result.returncode == 1
-    assert json.loads(result.stdout)["scenarios"]["ddp"]  # the measured report is kept
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        "python -m dpcost.measure: error: --plot: could not save /dev/full:"), result.stderr
-
-
 def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
     mark = uuid.uuid4().hex
     result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
@@ -192,17 +181,35 @@ def test_a_signal_ends_every_rank_with_one_line_and_the_shell_status(signum, who
     assert marked_processes(mark) == []
 
 
-def test_the_timeline_is_written_as_chrome_trace_json(tmp_path):
-    path = tmp_path / "trace.json"
+@pytest.fixture(scope="module")
+def timeline_run(tmp_path_factory):
+    """One timed run read by two tests: the trace goes to a file; the plot goes to /dev/full,
+    which passes the check made before the run (a writable file), then fails to save."""
+    path = tmp_path_factory.mktemp("timeline") / "trace.json"
     result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb", "1",
-                  "--steps", "2", "--scenario", "timeline", "--trace", str(path)])
-    assert result.returncode == 0, result.stderr[-2000:]
+                  "--steps", "2", "--scenario", "timeline", "--json", "--trace", str(path),
+                  "--plot", "/dev/full"])
+    return result, path
+
+
+def test_the_timeline_is_written_as_chrome_trace_json(timeline_run):
+    result, path = timeline_run
+    assert "--trace" not in result.stderr, result.stderr[-2000:]
     trace = json.loads(path.read_text())
     processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert processes == {f"{s}-timeline rank {r}" for s in ("ddp", "dp", "dp-nccl")
                          for r in (0, 1)}
     buckets = [e for e in trace["traceEvents"] if e["name"].startswith("bucket")]
     assert buckets and all(e["ph"] == "X" and e["dur"] >= 0 for e in buckets)
+
+
+def test_a_plot_that_fails_to_save_keeps_the_report_and_says_so_in_one_line(timeline_run):
+    result, _ = timeline_run
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["scenarios"]["ddp-timeline"]  # the measured report is kept
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "python -m dpcost.measure: error: --plot: could not save /dev/full:"), result.stderr
 
 
 def test_a_trace_that_fails_to_write_keeps_the_report_and_says_so_in_one_line():

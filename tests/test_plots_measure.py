@@ -23,6 +23,46 @@ def test_bars_and_ticks_are_the_reports_bytes():
     plt.close(fig)
 
 
+def test_the_shared_axis_holds_the_tallest_panel_not_the_last():
+    """With sharey, each panel's own set_ylim overwrote the others': the last panel's limit
+    clipped a taller one (FSDP's bars beside PowerSGD's)."""
+    def rows(size):
+        return [{"rank": r, "sent_bytes": size, "received_bytes": size,
+                 "predicted_sent_bytes": size, "predicted_received_bytes": size}
+                for r in range(2)]
+
+    fig, _ = measured_vs_predicted({"world_size": 2, "param_bytes": 1e6,
+                                    "scenarios": {"fsdp": rows(5e5), "powersgd": rows(5e3)}})
+    assert all(ax.get_ylim()[1] >= 0.5 for ax in fig.axes)
+    plt.close(fig)
+
+
+def test_every_scenario_the_cli_runs_has_a_colour_and_a_model():
+    """`python -m dpcost.measure --scenario timeline|strategies --plot F` drew nothing before: a
+    KeyError on "ddp-timeline" and "ddp-adam", as a traceback."""
+    from dpcost.measure.__main__ import CHOICES, TIMELINE
+    from dpcost.measure.strategy_scenarios import NAMES
+    from dpcost.plots import style
+
+    rows = [{"rank": r, "sent_bytes": 1.0, "received_bytes": 1.0, "predicted_sent_bytes": 1.0,
+             "predicted_received_bytes": 1.0} for r in range(2)]
+    names = [c for c in CHOICES if c not in ("timeline", "all", "strategies")] + TIMELINE
+    fig, _ = measured_vs_predicted({"world_size": 2, "param_bytes": 1e6,
+                                    "scenarios": {name: rows for name in names}})
+    drawn = {ax.get_title(): (ax.patches[0].get_facecolor(),
+                              ax.get_legend_handles_labels()[1]) for ax in fig.axes}
+    assert set(drawn) == set(names) and set(NAMES) <= set(names)
+    for name, (color, labels) in drawn.items():
+        family = ("dp-nccl" if name.startswith("dp-nccl") else
+                  "dp" if name in ("dp", "dp-timeline", "dataparallel-cuda") else "ddp")
+        assert matplotlib.colors.to_hex(color) == {
+            "dp-nccl": style.DP_NCCL_COLOR, "dp": style.DP_COLOR, "ddp": style.DDP_COLOR}[family]
+        model = ("chain" if family == "dp-nccl" else
+                 "dpcost.strategies" if name in NAMES else "five functions")
+        assert f"predicted ({model})" in labels, (name, labels)
+    plt.close(fig)
+
+
 def test_busiest_link_figure_uses_the_five_functions_as_lines():
     p = 1e6
 

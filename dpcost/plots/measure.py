@@ -10,9 +10,23 @@ COLORS = {"ddp": style.DDP_COLOR, "dp": style.DP_COLOR, "dataparallel-cuda": sty
           "dp-nccl": style.DP_NCCL_COLOR}
 
 
+def _color_and_model(name: str) -> tuple[str, str]:
+    """The bar colour and what predicted the ticks, for any scenario ``python -m dpcost.measure``
+    runs: the three patterns and their timed versions ("ddp-timeline", ...: the same bytes,
+    ``predicted_bytes`` in dpcost/measure/report.py), and the strategies beyond DDP (ZeRO, FSDP,
+    the comm hooks: DDP's colour, predicted by dpcost.strategies)."""
+    if name.startswith("dp-nccl"):
+        return COLORS["dp-nccl"], "chain"
+    if name in ("dp", "dp-timeline", "dataparallel-cuda"):
+        return COLORS["dp"], "five functions"
+    return COLORS["ddp"], ("five functions" if name in ("ddp", "ddp-timeline")
+                           else "dpcost.strategies")
+
+
 def measured_vs_predicted(report: dict):
     """Bars: bytes each rank sent and received per iteration (MB, decimal), one panel per
-    scenario; black ticks: the prediction from the five functions.
+    scenario, four to a row; black ticks: the prediction (the five functions; the chain for
+    DataParallel's NCCL path; dpcost.strategies for the strategies beyond DDP).
 
     ``report`` is ``dpcost.measure.measure_traffic``'s (or ``--json``'s) object. Returns
     (figure, data) with data[scenario] = {"ranks", "sent", "received", "predicted_sent",
@@ -20,31 +34,37 @@ def measured_vs_predicted(report: dict):
     """
     style.apply()
     names = list(report["scenarios"])
-    fig, axes = plt.subplots(1, len(names), sharey=True, squeeze=False,
-                             figsize=(5.2 * len(names) + 1, 5.6))
+    cols = min(len(names), 4)  # the ten strategies wrap into rows, still readable when projected
+    rows_of_panels = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows_of_panels, cols, sharey=True, squeeze=False,
+                             figsize=(5.2 * cols + 1, 5.6 * rows_of_panels))
+    panels = [ax for row in axes for ax in row]
+    for unused in panels[len(names):]:
+        fig.delaxes(unused)
     data = {}
-    for ax, name in zip(axes[0], names, strict=True):
+    for ax, name in zip(panels, names, strict=False):
         rows = report["scenarios"][name]
         drawn = {"ranks": [row["rank"] for row in rows]}
         for key in ("sent", "received"):
             drawn[key] = [row[f"{key}_bytes"] for row in rows]
             drawn[f"predicted_{key}"] = [row[f"predicted_{key}_bytes"] for row in rows]
         data[name] = drawn
+        color, model = _color_and_model(name)
         for offset, key, hatch in ((-0.2, "sent", None), (0.2, "received", "//")):
             xs = [rank + offset for rank in drawn["ranks"]]
-            ax.bar(xs, [b / 1e6 for b in drawn[key]], width=0.38, color=COLORS[name],
+            ax.bar(xs, [b / 1e6 for b in drawn[key]], width=0.38, color=color,
                    hatch=hatch, edgecolor="white", label=f"measured {key}")
             ax.scatter(xs, [b / 1e6 for b in drawn[f"predicted_{key}"]], marker="_", s=900,
                        linewidths=3, color="black", zorder=3,
-                       label=("predicted (five functions)" if name != "dp-nccl" else
-                              "predicted (chain)") if key == "sent" else None)
+                       label=f"predicted ({model})" if key == "sent" else None)
         ax.set_xticks(drawn["ranks"])
-        tallest = max(drawn["sent"] + drawn["received"] + drawn["predicted_sent"])
-        ax.set_ylim(0, 1.4 * tallest / 1e6)  # room for the legend above the bars
         ax.set_title(name)
         ax.set_xlabel("rank")
         ax.legend(loc="upper right")
-    axes[0][0].set_ylabel("bytes per iteration (MB, decimal)")
+    tallest = max(max(d["sent"] + d["received"] + d["predicted_sent"]) for d in data.values())
+    panels[0].set_ylim(0, 1.4 * tallest / 1e6)  # shared by all; room for the legend on top
+    for row in axes:
+        row[0].set_ylabel("bytes per iteration (MB, decimal)")
     fig.suptitle(f"Measured vs predicted, n = {report['world_size']}, "
                  f"P = {report['param_bytes'] / 1e6:.2f} MB")
     fig.tight_layout()
