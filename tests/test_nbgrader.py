@@ -14,11 +14,12 @@ submission scores full marks, a wrong one what its tests say, and one that forge
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import re
-import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -128,6 +129,7 @@ def test_without_the_metadata_nbgrader_refuses_the_masters():
 # ---- end to end: nbgrader's generate_assignment and autograde --------------------------------
 
 ASSIGNMENTS = {"ex1": "ex1_five_functions", "ex2": "ex2_ring_step", "ex3": "ex3_migrate"}
+KINDS = ("correct", "wrong", "forged")  # the three students
 FORGED_SUBMIT = """
 class _Passed:
     total, passed, all_passed = 27, 27, True
@@ -211,17 +213,26 @@ def _submission(master, kind: str, assignment: str):
     return notebook
 
 
-def _nbgrader(course, *args):
+def _venv_path() -> str:
     # nbgrader runs alembic (its database migrations) by name: the venv's bin goes first on PATH
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                                  os.environ.get("PATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
-def _graded_course(tmp_path_factory, assignments: tuple[str, ...], glob: str):
+def _course_api(course):
+    """nbgrader's own NbGraderAPI (what its formgrader calls) on ``course``, configured by the
+    course's nbgrader_config.py as `nbgrader` run there is: the two commands without two new
+    interpreters that import nbgrader (about 2 s of CPU each)."""
+    from nbgrader.apps import NbGrader, NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    app = NbGrader()
+    app.config_file_paths.append(str(course))
+    app.load_config_file()
+    return NbGraderAPI(coursedir=CourseDirectory(root=str(course), config=app.config),
+                       config=app.config)
+
+
+def _graded_course(tmp_path_factory, assignments: tuple[str, ...]):
     """One nbgrader course with ``assignments``, three students each, all autograded."""
     course = tmp_path_factory.mktemp("course")
     (course / "nbgrader_config.py").write_text(
@@ -234,19 +245,28 @@ def _graded_course(tmp_path_factory, assignments: tuple[str, ...], glob: str):
         source = course / "source" / assignment
         source.mkdir(parents=True)
         nbformat.write(master, source / f"{stem}.ipynb")
-        for kind in ("correct", "wrong", "forged"):
+        for kind in KINDS:
             folder = course / "submitted" / kind / assignment
             folder.mkdir(parents=True)
             nbformat.write(_submission(master, kind, assignment), folder / f"{stem}.ipynb")
-    # nbgrader globs the assignment id: one run for all the course's exercises and students
-    _nbgrader(course, "generate_assignment", glob, "--force")
-    _nbgrader(course, "autograde", glob, "--create", "--force")
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        # SQLAlchemy's SAWarnings from nbgrader's own session handling (nbgrader/api.py)
+        warnings.filterwarnings("ignore", message="Object of type <Submitted")
+        patch.setenv("PATH", _venv_path())
+        patch.chdir(course)
+        api = _course_api(course)
+        for assignment in assignments:
+            done = api.generate_assignment(assignment, force=True, create=True)
+            assert done["success"], done.get("error", "") + done.get("log", "")[-3000:]
+            for kind in KINDS:
+                done = api.autograde(assignment, kind, force=True, create=True)
+                assert done["success"], done.get("error", "") + done.get("log", "")[-3000:]
     from nbgrader.api import Gradebook
 
     scores = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="dpcost") as gradebook:
         for assignment in assignments:
-            for kind in ("correct", "wrong", "forged"):
+            for kind in KINDS:
                 notebook = gradebook.find_submission_notebook(ASSIGNMENTS[assignment],
                                                               assignment, kind)
                 scores[assignment, kind] = {g.name: (g.score, g.max_score)
@@ -254,11 +274,11 @@ def _graded_course(tmp_path_factory, assignments: tuple[str, ...], glob: str):
     return course, scores
 
 
-# One course for the three exercises: nbgrader's generate_assignment and autograde run once.
+# One course for the three exercises: generate_assignment and autograde run once for it.
 # ex3's grade cells start gloo ranks: the file runs in the lane of untimed ranks (conftest.py).
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    return _graded_course(tmp_path_factory, ("ex1", "ex2", "ex3"), "ex[123]")
+    return _graded_course(tmp_path_factory, ("ex1", "ex2", "ex3"))
 
 
 EACH = ["ex1", "ex2", "ex3"]
@@ -337,11 +357,19 @@ def test_validate_fails_the_stubs_by_the_grade_cells_credit():
 
 
 def test_nbgrader_validate_fails_the_released_stubs(tmp_path):
-    """`nbgrader validate` (what the Validate button runs) on ex2 as released: it said
-    "Success! Your notebook passes all the tests." before. (That a correct notebook gets full
-    marks from the same cells: the autograde tests above, and the masters' credit.)"""
+    """The Validate button on ex2 as released: it said "Success! Your notebook passes all the
+    tests." before. The button's server handler calls nbgrader's Validator in the server's process
+    (nbgrader/server_extensions/validate_assignment/handlers.py), as `nbgrader validate` does
+    (apps/validateapp.py: validate_and_print); so does this test, and reads what it prints. (That
+    a correct notebook gets full marks from the same cells: the autograde tests above, and the
+    masters' credit.)"""
+    from nbgrader.validator import Validator
+
     master = nbformat.read(MASTER_PATHS["ex2_ring_step"], as_version=4)
     nbformat.write(make_student(master), tmp_path / "ex2_ring_step.ipynb")
-    said = _nbgrader(tmp_path, "validate", "ex2_ring_step.ipynb").stdout
+    validator = Validator()
+    validator.stream = io.StringIO()
+    validator.validate_and_print(str(tmp_path / "ex2_ring_step.ipynb"))
+    said = validator.stream.getvalue()
     assert "Success!" not in said and "VALIDATION FAILED ON 3 CELL(S)" in said, said
     assert said.count("Partial credit; passed some but not all of the tests") == 3, said
