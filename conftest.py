@@ -45,7 +45,6 @@ UNTIMED = (
     "tests/test_measure_torchrun.py",
     "tests/test_measure_scenarios.py",
     "tests/test_measure_traffic.py",
-    "tests/test_measure_bucket_order.py",
     "tests/test_measure_strategies.py",
     "tests/test_examples.py",
     "tests/test_migration_check.py",
