@@ -44,7 +44,7 @@ PARALLEL_PROCESS_TESTS = [
     "tests/test_site.py",
     "tests/test_slides.py",
     "tests/test_gpu_memory_check.py",
-    "tests/test_explorer_browser.py",
+    "tests/test_jupyterlab_browser.py",
 ]
 # Every test file whose tests start processes: ranks, torchrun agents, kernels or servers.
 MULTIPROCESS_TESTS = _serial_tests() + PARALLEL_PROCESS_TESTS

@@ -1,13 +1,26 @@
-"""The explorer as a person uses it: JupyterLab in a real browser (Debian's Chromium).
+"""The course in JupyterLab as a person meets it, in a real browser (Debian's Chromium, driven
+through Playwright): the explorer of lesson 05, its Voila page, and the exercises' report tables.
 
-Starts JupyterLab on a free local port with isolated config, runtime and settings directories,
-drives Chromium through Playwright, opens a fresh copy of notebooks/05_explorer.ipynb, runs it,
-takes a screenshot of the explorer as the notebook leaves it (Llama-2 7B on 8 H100 in one node),
-moves the GPU slider to 1024 (DataParallel refused: it cannot span machines) and changes the
-model, and checks that the readout and the figures changed. The screenshot lands in the test's
-tmp directory, and in $DPCOST_SCREENSHOT_DIR when that is set (``DPCOST_SCREENSHOT_DIR=docs
-pytest tests/test_explorer_browser.py`` refreshes docs/explorer.png). The server and the browser
-are shut down in finalisers, also on failure.
+One JupyterLab server (a free local port; isolated config, runtime, settings and workspace
+directories) serves both notebooks, and one Chromium, which may reach only 127.0.0.1, drives every
+test: a server and a browser started once, and JupyterLab's scripts loaded once, not twice.
+
+- The explorer: a fresh copy of notebooks/05_explorer.ipynb is run; a screenshot is taken of the
+  explorer as the notebook leaves it (Llama-2 7B on 8 H100 in one node); the GPU slider goes to
+  1024 (DataParallel refused: it cannot span machines) and the model changes, and the readout and
+  the figures must change. The screenshot lands in the test's tmp directory, and in
+  $DPCOST_SCREENSHOT_DIR when that is set (``DPCOST_SCREENSHOT_DIR=docs pytest
+  tests/test_jupyterlab_browser.py -k explorer_in`` refreshes docs/explorer.png).
+- Voila (its own server) shows the explorer as a standalone page; the slider moves to n = 1.
+- The check/submit tables at 1280x720. Issue 22: the ``submit`` table was 1,409 px wide in a 968 px
+  output area, so "got" and "why it failed" were off-screen. JupyterLab (its file browser open as
+  it starts) shows the widest reports the exercises make - five wrong functions in one
+  ``submit``, one wrong function, a wrong ring, a failed ``check`` - twice: as saved in the file
+  (untrusted: JupyterLab sanitizes the HTML), then run live in the notebook's kernel (trusted, as a
+  student runs it). Every table must fit its output area (the old table did not: 1,473 px in an
+  848 px area here). No ranks start.
+
+The servers and the browser are shut down in finalisers, also on failure.
 """
 
 from __future__ import annotations
@@ -32,12 +45,13 @@ from dpcost.units import format_bytes
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "05_explorer.ipynb"
 WAIT_MS = 60_000  # generous: the machine may be busy; every wait is on a condition
+EXPLORER_VIEWPORT = (1500, 1500)
+REPORT_VIEWPORT = (1280, 720)  # a projector's, and issue 22's
 
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM),
     pytest.mark.timeout(180),
 ]
-
 
 def _wait_until_served(process, url, server, log_path, timeout_s=60):
     """Poll ``url`` until it answers; fail with the server's log if it exits or never does."""
@@ -54,9 +68,11 @@ def _wait_until_served(process, url, server, log_path, timeout_s=60):
             time.sleep(0.2)
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on 127.0.0.1 serving a copy of the explorer notebook, outputs cleared."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab server on 127.0.0.1 for the file: a copy of the explorer notebook, outputs
+    cleared, and reports.ipynb. Yields {"url": name -> the notebook's URL, "dir": tmp folder}."""
+    tmp_path = tmp_path_factory.mktemp("lab")
     work = tmp_path / "work"
     work.mkdir()
     notebook = nbformat.read(NOTEBOOK, as_version=4)
@@ -65,6 +81,7 @@ def lab(tmp_path):
             cell.outputs, cell.execution_count = [], None
     notebook.metadata.pop("widgets", None)
     nbformat.write(notebook, work / NOTEBOOK.name)
+    nbformat.write(_report_notebook(), work / "reports.ipynb")
 
     config = tmp_path / "config"
     (config / "labconfig").mkdir(parents=True)
@@ -91,7 +108,9 @@ def lab(tmp_path):
         # ready when the REST API answers
         _wait_until_served(process, f"{base}/api/status?token={token}", "JupyterLab",
                            tmp_path / "lab.log")
-        yield {"url": f"{base}/lab/tree/{NOTEBOOK.name}?token={token}&reset", "dir": tmp_path}
+        # ?reset: the default layout (file browser open), whatever the last test left
+        yield {"url": lambda name: f"{base}/lab/tree/{name}?token={token}&reset",
+               "dir": tmp_path}
     finally:
         stop(process)
         log.close()
@@ -99,9 +118,9 @@ def lab(tmp_path):
 
 @pytest.fixture(scope="module")
 def page():
-    """A Chromium page that may only reach 127.0.0.1, shared by the two tests (each goes to its
-    own server): one Chromium start, not two."""
-    with local_page(timeout_ms=WAIT_MS) as (page, _blocked):
+    """A Chromium page that may only reach 127.0.0.1, shared by the file's tests: one Chromium
+    start; each test sets the viewport it needs before it opens its page."""
+    with local_page(viewport=EXPLORER_VIEWPORT, timeout_ms=WAIT_MS) as (page, _blocked):
         yield page
 
 
@@ -116,6 +135,14 @@ KERNEL_READY = """() => {
             && kernel.status === 'idle');
 }"""
 
+
+def _open(page, url: str, viewport) -> None:
+    page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+    page.goto(url)
+    page.wait_for_function(KERNEL_READY, timeout=WAIT_MS)
+
+
+# ---- the explorer (lesson 05) ----------------------------------------------------------------
 
 def _readout(page) -> str:
     return " ".join(page.locator(".dpcost-readout").inner_text().split())
@@ -142,8 +169,7 @@ def _screenshot(page, directory: Path) -> None:
 
 
 def test_explorer_in_jupyterlab_responds_to_slider_and_model(lab, page):
-    page.goto(lab["url"])
-    page.wait_for_function(KERNEL_READY, timeout=WAIT_MS)
+    _open(page, lab["url"](NOTEBOOK.name), EXPLORER_VIEWPORT)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
     # The last code cell moves the controls to Llama-2 7B, mixed, on 8 H100 in one node.
@@ -221,6 +247,7 @@ def voila(tmp_path):
 
 def test_explorer_as_a_voila_page(voila, page):
     """The lecture calculator: `voila notebooks/05_explorer.ipynb` shows a live explorer."""
+    page.set_viewport_size({"width": EXPLORER_VIEWPORT[0], "height": EXPLORER_VIEWPORT[1]})
     page.goto(voila)
     page.wait_for_function(
         "() => { const r = document.querySelector('.dpcost-readout');"
@@ -233,3 +260,88 @@ def test_explorer_as_a_voila_page(voila, page):
         "() => document.querySelector('.dpcost-readout').innerText.includes('One GPU')",
         timeout=WAIT_MS)
     assert page.locator(".dpcost-explorer .widget-readout").first.inner_text().strip() == "1"
+
+
+# ---- the exercises' report tables (issue 22) -------------------------------------------------
+
+# The reports, made by the real checkers on wrong code (each line of the battery's widest rows:
+# numpy calls near 2**62, reasons that name a mistake).
+REPORTS = '''\
+from dpcost.exercises.five_functions import check, submit
+from dpcost.exercises import ring_step
+
+def dp_communication_volume(model_size_bytes, num_gpus):
+    return float((num_gpus - 1) * model_size_bytes)
+
+def ddp_communication_volume(model_size_bytes, num_gpus):
+    return float(2 * (num_gpus - 1) * model_size_bytes)
+
+def dp_gpu0_memory_multiplier(num_gpus):
+    return 1.0
+
+def ddp_gpu0_memory_multiplier(num_gpus):
+    return num_gpus
+
+def communication_reduction_factor(model_size_bytes, num_gpus):
+    return dp_communication_volume(model_size_bytes, num_gpus) / ddp_communication_volume(
+        model_size_bytes, num_gpus)
+
+def all_gather_sends(num_ranks, step):
+    return [(r, (r - 1) % num_ranks, r) for r in range(num_ranks)]
+'''
+CELLS = [REPORTS,
+         "submit()",
+         "submit(ddp_communication_volume)",
+         "check(communication_reduction_factor)",
+         "ring_step.submit(all_gather_sends)"]
+
+
+def _report_notebook():
+    """The cells above, with their outputs made here, in this process, as a file committed
+    executed has them (JupyterLab shows them without running anything)."""
+    cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    namespace = {"__name__": "__main__"}
+    exec(REPORTS, namespace)
+    for cell in cells[1:]:
+        report = eval(cell.source, namespace)
+        cell.outputs = [nbformat.v4.new_output(
+            "execute_result", data={"text/html": report._repr_html_(),
+                                    "text/plain": str(report)}, execution_count=1)]
+        cell.execution_count = 1
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}
+    return notebook
+
+
+# For every output that holds a table: the output area's width, the table's, and how far the
+# output scrolls sideways (0 when nothing is cut off).
+MEASURE = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+  .filter(out => out.querySelector('table'))
+  .map(out => {
+    const table = out.querySelector('table');
+    return {area: out.clientWidth, table: Math.ceil(table.getBoundingClientRect().width),
+            overflow: out.scrollWidth - out.clientWidth,
+            text: table.innerText.slice(0, 60)};
+  })"""
+
+
+def _tables(page) -> list[dict]:
+    page.wait_for_function(f"() => ({MEASURE})().length === {len(CELLS) - 1}", timeout=WAIT_MS)
+    return page.evaluate(MEASURE)
+
+
+def _assert_fit(tables: list[dict]) -> None:
+    assert len(tables) == len(CELLS) - 1
+    for table in tables:
+        assert table["area"] > 600, table  # the notebook panel as JupyterLab lays it out
+        assert table["table"] <= table["area"] and table["overflow"] <= 0, tables
+
+
+def test_every_report_table_fits_jupyterlabs_output_area(lab, page):
+    _open(page, lab["url"]("reports.ipynb"), REPORT_VIEWPORT)
+    _assert_fit(_tables(page))  # saved in the file, sanitized
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    page.wait_for_function(f"() => ({MEASURE})().length === 0", timeout=WAIT_MS)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    _assert_fit(_tables(page))  # made live by the kernel, as a student's run makes them
