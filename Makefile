@@ -21,12 +21,18 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
 unexport PYTHONDONTWRITEBYTECODE
 UV_FLAGS = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) \
     $(if $(PIP_EXTRA_INDEX_URL),--extra-index-url $(PIP_EXTRA_INDEX_URL) --index-strategy unsafe-best-match)
+# The venv is made without ensurepip's pip (4 s of the 11 s install here): the system's pip puts
+# uv in it (pip >= 22.3 has --python), and uv installs the rest, pip included (the fallback and
+# `make constraints` use it). Without a system pip, or with an older one: python -m venv as usual.
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt --upgrade pip uv
+	test -x $(VENV)/bin/uv \
+	  || { $(PYTHON) -m venv --without-pip $(VENV) \
+	       && $(PYTHON) -m pip --python $(PY) install --quiet -c constraints.txt uv; } \
+	  || { $(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet -c constraints.txt uv; }
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -c constraints.txt \
-	    $(UV_FLAGS) -e ".[dev,slides,measure]" \
-	  || $(PY) -m pip install --quiet -c constraints.txt -e ".[dev,slides,measure]"
+	    $(UV_FLAGS) -e ".[dev,slides,measure]" pip \
+	  || { $(PY) -m ensurepip --upgrade >/dev/null \
+	       && $(PY) -m pip install --quiet -c constraints.txt -e ".[dev,slides,measure]"; }
 	touch $@
 
 # Rewrite constraints.txt from .venv after a deliberate upgrade there; commit it with the re-executed

@@ -177,15 +177,18 @@ def test_ddp_checks_the_global_batch_against_torchruns_world_size(monkeypatch, c
 
 
 def test_a_bad_flag_under_torchrun_gives_one_line_and_no_rank_traceback():
+    """One rank: the world size comes from torchrun's environment (a second rank only stays
+    silent, which the test above checks with RANK=1)."""
     with scratch_tmpdir() as tmp:
         result = subprocess.run(
-            m.torchrun_command(2, [str(m.EXAMPLES / "train_ddp.py"), "--global-batch", "15"]),
+            m.torchrun_command(1, [str(m.EXAMPLES / "train_ddp.py"), "--global-batch", "10",
+                                   "--accum", "3"]),
             capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": tmp})
     assert result.returncode != 0
     ours = [line for line in result.stderr.splitlines() if "train_ddp.py" in line]
     # the script's one line, then torchrun's own report (it names the script as FAILED)
-    assert ours[0] == ("train_ddp.py: error: --global-batch (15) must divide by world size x "
-                       "--accum (2 x 1)"), result.stderr
+    assert ours[0] == ("train_ddp.py: error: --global-batch (10) must divide by world size x "
+                       "--accum (1 x 3)"), result.stderr
     assert sum("error:" in line and "train_ddp" in line for line in ours) == 1
     assert "usage:" not in result.stderr and 'File "' + str(m.EXAMPLES) not in result.stderr
 

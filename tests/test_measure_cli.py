@@ -1,7 +1,13 @@
 """python -m dpcost.measure: one-line errors, a failing rank's status, SIGINT and SIGTERM.
 
-The torchrun entry point is tested in test_measure_torchrun.py."""
+The command's own behaviour (exit status, one-line errors, closed or full stdout, signals) is
+tested on the program. The runs that only read what ``main()`` reports run it in this process
+(``_main_here``): their ranks fork from this lane's warm process, which imports torch once per
+lane instead of once per command (about 3.5 s of CPU each). The torchrun entry point is tested in
+test_measure_torchrun.py."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -22,6 +28,34 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 def run(args, env=None, timeout=240):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, **(env or {})})
+
+
+def _main_here(args) -> tuple[int, str, str]:
+    """``python -m dpcost.measure ARGS`` as ``main(ARGS)`` in this process: (exit status, stdout,
+    stderr). The program is ``sys.exit(main())`` (the tests above run it as one); main() sets
+    its SIGTERM handler as the program does, and it is put back here."""
+    from dpcost.measure.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(args)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _our_descendants() -> set[int]:
+    # the launcher's warm process (the forkserver) and multiprocessing's resource tracker live
+    # as long as this process, one each: started first, they are in every "before"
+    from multiprocessing import resource_tracker
+
+    from dpcost.measure.launch import warm_context
+
+    resource_tracker.ensure_running()
+    warm_context()
+    return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
 @pytest.mark.parametrize("args, word", [
@@ -108,13 +142,12 @@ def test_output_that_cannot_be_written_exits_1_with_one_line(command, fault):
 
 
 def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
-    mark = uuid.uuid4().hex
-    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
-                  "0.5", "--steps", "2", "--scenario", "dp", "--inject-fault", "0:raise"],
-                 env={"DPCOST_TEST_MARK": mark})
-    assert result.returncode == 1
-    assert "error: rank 0 failed: RuntimeError: injected fault on rank 0" in result.stderr
-    assert marked_processes(mark) == []
+    before = _our_descendants()
+    status, _, err = _main_here(["--world-size", "2", "--model-mb", "0.5", "--steps", "2",
+                                 "--scenario", "dp", "--inject-fault", "0:raise"])
+    assert status == 1
+    assert "error: rank 0 failed: RuntimeError: injected fault on rank 0" in err
+    assert _our_descendants() - before == set()
 
 
 @pytest.mark.parametrize("args", [["--model-mb", "1e300"], ["--model-mb", "4000"],
@@ -186,15 +219,13 @@ def timeline_run(tmp_path_factory):
     """One timed run read by two tests: the trace goes to a file; the plot goes to /dev/full,
     which passes the check made before the run (a writable file), then fails to save."""
     path = tmp_path_factory.mktemp("timeline") / "trace.json"
-    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb", "1",
-                  "--steps", "2", "--scenario", "timeline", "--json", "--trace", str(path),
-                  "--plot", "/dev/full"])
-    return result, path
+    return _main_here(["--world-size", "2", "--model-mb", "1", "--steps", "2", "--scenario",
+                       "timeline", "--json", "--trace", str(path), "--plot", "/dev/full"]), path
 
 
 def test_the_timeline_is_written_as_chrome_trace_json(timeline_run):
-    result, path = timeline_run
-    assert "--trace" not in result.stderr, result.stderr[-2000:]
+    (_, _, err), path = timeline_run
+    assert "--trace" not in err, err[-2000:]
     trace = json.loads(path.read_text())
     processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert processes == {f"{s}-timeline rank {r}" for s in ("ddp", "dp", "dp-nccl")
@@ -204,20 +235,19 @@ def test_the_timeline_is_written_as_chrome_trace_json(timeline_run):
 
 
 def test_a_plot_that_fails_to_save_keeps_the_report_and_says_so_in_one_line(timeline_run):
-    result, _ = timeline_run
-    assert result.returncode == 1
-    assert json.loads(result.stdout)["scenarios"]["ddp-timeline"]  # the measured report is kept
-    lines = result.stderr.strip().splitlines()
+    (status, out, err), _ = timeline_run
+    assert status == 1
+    assert json.loads(out)["scenarios"]["ddp-timeline"]  # the measured report is kept
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "python -m dpcost.measure: error: --plot: could not save /dev/full:"), result.stderr
+        "python -m dpcost.measure: error: --plot: could not save /dev/full:"), err
 
 
 def test_a_trace_that_fails_to_write_keeps_the_report_and_says_so_in_one_line():
-    result = run([sys.executable, "-m", "dpcost.measure", "--world-size", "2", "--model-mb",
-                  "0.25", "--steps", "2", "--scenario", "timeline", "--json", "--trace",
-                  "/dev/full"])
-    assert result.returncode == 1
-    assert json.loads(result.stdout)["scenarios"]["ddp-timeline"]  # the report is kept
-    assert result.stderr.strip().splitlines() == [
+    status, out, err = _main_here(["--world-size", "2", "--model-mb", "0.25", "--steps", "2",
+                                   "--scenario", "timeline", "--json", "--trace", "/dev/full"])
+    assert status == 1
+    assert json.loads(out)["scenarios"]["ddp-timeline"]  # the report is kept
+    assert err.strip().splitlines() == [
         "python -m dpcost.measure: error: --trace: could not write /dev/full: No space left on "
         "device"]
