@@ -283,3 +283,16 @@ def test_the_ranks_run_confined():
     if os.geteuid() == 0:
         assert protections["unprivileged_uid"]
     assert protections["limits"]["processes"] == mc.LIMITS.processes
+
+
+def test_the_students_line_is_found_in_a_folder_named_for_the_course():
+    """The student's frame was the innermost one whose path held neither "dpcost" nor "torch":
+    in a clone at .../dpcost/ (the repository's name) no frame was, and the line went missing."""
+    source = "def train_ddp():\n    raise KeyError('oops')\n"
+    namespace = {}
+    exec(compile(source, "/home/ada/dpcost/torch-course/student.py", "exec"), namespace)
+    try:
+        namespace["train_ddp"]()
+    except KeyError as error:
+        described = mc._describe_error(error)
+    assert described["where"] == "line 2 of train_ddp", described

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 import torch
 import torch._dynamo  # noqa: F401 - imported once here, not in every sandboxed run (see below)
@@ -190,10 +191,16 @@ def _counting_save(counter: list):
     return save
 
 
+# The student's frame is the innermost one outside these packages' folders (not any path that
+# merely contains "dpcost" or "torch": a course cloned into a folder named dpcost holds both).
+_LIBRARY_DIRS = tuple(str(Path(module.__file__).resolve().parent) + os.sep
+                      for module in (sys.modules["dpcost"], torch))
+
+
 def _describe_error(exc: BaseException) -> dict:
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f"line {f.lineno} of {f.name}" for f in reversed(frames)
-                  if "dpcost" not in f.filename and "torch" not in f.filename), "")
+                  if not str(Path(f.filename).resolve()).startswith(_LIBRARY_DIRS)), "")
     try:
         message = str(exc)
     except Exception:
