@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from process_marks import marked_processes
+from process_marks import marked_processes, our_descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -44,18 +44,6 @@ def _main_here(args) -> tuple[int, str, str]:
     finally:
         signal.signal(signal.SIGTERM, handler)
     return status, out.getvalue(), err.getvalue()
-
-
-def _our_descendants() -> set[int]:
-    # the launcher's warm process (the forkserver) and multiprocessing's resource tracker live
-    # as long as this process, one each: started first, they are in every "before"
-    from multiprocessing import resource_tracker
-
-    from dpcost.measure.launch import warm_context
-
-    resource_tracker.ensure_running()
-    warm_context()
-    return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
 @pytest.mark.parametrize("args, word", [
@@ -142,12 +130,12 @@ def test_output_that_cannot_be_written_exits_1_with_one_line(command, fault):
 
 
 def test_a_failing_rank_exits_non_zero_naming_it_and_leaves_no_process():
-    before = _our_descendants()
+    before = our_descendants()
     status, _, err = _main_here(["--world-size", "2", "--model-mb", "0.5", "--steps", "2",
                                  "--scenario", "dp", "--inject-fault", "0:raise"])
     assert status == 1
     assert "error: rank 0 failed: RuntimeError: injected fault on rank 0" in err
-    assert _our_descendants() - before == set()
+    assert our_descendants() - before == set()
 
 
 @pytest.mark.parametrize("args", [["--model-mb", "1e300"], ["--model-mb", "4000"],

@@ -1,23 +1,11 @@
 """dpcost.measure.launch: a rank that raises or hangs ends the run, named, with nothing left."""
 
-import os
-from multiprocessing import resource_tracker
-
-import psutil
 import pytest
+from process_marks import our_descendants
 
 from dpcost.measure import MeasureError, measure_traffic
 from dpcost.measure.launch import warm_context
 from dpcost.procs import free_port
-
-
-def our_descendants():
-    # multiprocessing's resource tracker and the launcher's warm process (the forkserver) live
-    # for the session, one each, not per run: start them first so that they are in every
-    # "before".
-    resource_tracker.ensure_running()
-    warm_context()
-    return {p.pid for p in psutil.Process(os.getpid()).children(recursive=True)}
 
 
 def test_a_raising_rank_is_named_with_its_cause_and_nothing_is_left():
