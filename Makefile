@@ -54,7 +54,8 @@ lab: $(STAMP)
 # keep their cores whenever they can use them. Each lane's output is printed when it ends.
 # Without chrt the lanes run one after the other.
 IDLE := $(if $(shell command -v chrt 2>/dev/null),chrt --idle 0)
-test: $(STAMP) browser
+test: browser
+	$(MAKE) --no-print-directory -j3 --output-sync=target $(STAMP) $(NPM_VENDOR)
 	$(PY) -m ruff check .
 	$(MAKE) --no-print-directory $(if $(IDLE),-j3) --output-sync=target test-serial test-heavy \
 	    test-pure
@@ -65,6 +66,18 @@ test-serial: $(STAMP)
 	$(PY) -m pytest tests notebooks $(NBVAL) -m serial -p no:cacheprovider $(TEST_ARGS)
 test-heavy: $(STAMP)
 	nice -n 19 $(PY) -m pytest tests notebooks $(NBVAL) -m heavy -p no:cacheprovider $(TEST_ARGS)
+
+# The site's explorer and the decks load their JavaScript from node_modules (npm ci, pinned by each
+# package-lock.json; book/build.py and slides/build.py run it too when it is out of date). `make test`
+# installs them beside the venv: the install keeps one core busy for 5 s, npm ci the other (12 s of
+# CPU that the tests' lane would otherwise spend). Without npm the tests that need them skip.
+NPM_CI := npm ci --ignore-scripts --no-audit --no-fund --quiet
+NPM_VENDOR := $(if $(shell command -v npm 2>/dev/null),\
+    site_explorer/node_modules/.package-lock.json slides/node_modules/.package-lock.json)
+site_explorer/node_modules/.package-lock.json: site_explorer/package-lock.json
+	cd site_explorer && $(NPM_CI)
+slides/node_modules/.package-lock.json: slides/package-lock.json
+	cd slides && $(NPM_CI)
 
 # The notebooks that train and time with torch (06-09, ex3 and its master), again under strict
 # nbval with other CPU kernels and thread counts: a checked output that depends on them fails here
