@@ -9,7 +9,7 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
          --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: lab test test-pure test-serial test-heavy lint unit nbval notebooks browser student stress clean site constraints slides \
-        portable portable-first portable-second
+        portable portable-first portable-second npm-site npm-slides
 
 # Ranges in pyproject.toml, exact versions (those behind the committed outputs) in constraints.txt.
 # uv installs them in 12 s on this project's 2-core machine (caches warm; pip: 57 s); pip installs
@@ -67,17 +67,16 @@ test-serial: $(STAMP)
 test-heavy: $(STAMP)
 	nice -n 19 $(PY) -m pytest tests notebooks $(NBVAL) -m heavy -p no:cacheprovider $(TEST_ARGS)
 
-# The site's explorer and the decks load their JavaScript from node_modules (npm ci, pinned by each
-# package-lock.json; book/build.py and slides/build.py run it too when it is out of date). `make test`
-# installs them beside the venv: the install keeps one core busy for 5 s, npm ci the other (12 s of
-# CPU that the tests' lane would otherwise spend). Without npm the tests that need them skip.
-NPM_CI := npm ci --ignore-scripts --no-audit --no-fund --quiet
-NPM_VENDOR := $(if $(shell command -v npm 2>/dev/null),\
-    site_explorer/node_modules/.package-lock.json slides/node_modules/.package-lock.json)
-site_explorer/node_modules/.package-lock.json: site_explorer/package-lock.json
-	cd site_explorer && $(NPM_CI)
-slides/node_modules/.package-lock.json: slides/package-lock.json
-	cd slides && $(NPM_CI)
+# The site's explorer and the decks load their JavaScript from node_modules: book/build.py and
+# slides/build.py run npm ci (pinned by each package-lock.json) when it is out of date. `make test`
+# has them do it beside the venv's install, which keeps one core busy for 5 s, instead of inside
+# the tests' lanes (12 s of CPU). Their modules import only the standard library. Without npm the
+# tests that need it skip.
+NPM_VENDOR := $(if $(shell command -v npm 2>/dev/null),npm-site npm-slides)
+npm-site:
+	cd book && $(PYTHON) -c 'import build; build.npm_ci()'
+npm-slides:
+	cd slides && $(PYTHON) -c 'import build; build.npm_ci()'
 
 # The notebooks that train and time with torch (06-09, ex3 and its master), again under strict
 # nbval with other CPU kernels and thread counts: a checked output that depends on them fails here
