@@ -50,6 +50,7 @@ UNTIMED = (
     "tests/test_migration_check.py",
     "tests/test_plan_ddp.py",
     "tests/test_plan_measure.py",
+    "tests/test_rank_answers.py",
     "tests/test_nbgrader.py",  # ex3's autograde trains on gloo ranks
     "notebooks/09_moving_to_ddp.ipynb",
     "notebooks/09b_ddp_pitfalls.ipynb",

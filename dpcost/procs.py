@@ -238,9 +238,10 @@ def run_cli(prog: str, main, *args) -> int:
         return 1
     try:
         status = main(*args)
-        sys.stdout.flush()
     except StdoutFailed as failed:
         return _stdout_failed(prog, str(failed))
-    except OSError as error:  # the final flush
-        return _stdout_failed(prog, error.strerror or str(error))
+    try:  # only the flush: any other OSError from main is not about stdout, and is not hidden
+        sys.stdout.flush()
+    except (OSError, ValueError) as error:
+        return _stdout_failed(prog, getattr(error, "strerror", None) or str(error))
     return status

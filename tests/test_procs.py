@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from dpcost.procs import REPO_ROOT, child_env, exit_cause, kill_tree, write_all
+from dpcost.procs import (
+    REPO_ROOT,
+    StdoutFailed,
+    child_env,
+    exit_cause,
+    kill_tree,
+    run_cli,
+    write_all,
+)
 
 # Three ways a process can sit under a child that leads its own session: in the child's group,
 # in a group of its own (setpgid), and in a session of its own (setsid), as torchrun's ranks are.
@@ -152,3 +160,20 @@ def test_write_all_delivers_more_than_a_pipe_holds_in_order():
         reader.join(30)
         os.close(read_fd)
     assert bytes(received) == data
+
+
+def test_run_cli_blames_stdout_only_for_a_failed_write_to_it(capsys):
+    """An OSError from the command's own work (here ESRCH, as from os.kill on a reaped pid) is
+    not "could not write to stdout": it propagates. A failed write to stdout is that line."""
+    def kills_a_reaped_pid():
+        raise ProcessLookupError(3, "No such process")
+
+    def writes_to_a_full_disk():
+        raise StdoutFailed("No space left on device")
+
+    with pytest.raises(ProcessLookupError):
+        run_cli("prog", kills_a_reaped_pid)
+    assert "stdout" not in capsys.readouterr().err
+    assert run_cli("prog", writes_to_a_full_disk) == 1
+    assert capsys.readouterr().err == ("prog: error: could not write to stdout: "
+                                       "No space left on device\n")

@@ -351,7 +351,10 @@ def _watch(ranks, out, stall_s, timeout_s) -> str:
             sizes, moved = current, now
         elif trained and now - moved > stall_s:
             for process in ranks:
-                os.kill(process.pid, signal.SIGUSR1)  # faulthandler: dump every thread
+                try:
+                    os.kill(process.pid, signal.SIGUSR1)  # faulthandler: dump every thread
+                except ProcessLookupError:  # it left a moment ago (the forkserver reaped it)
+                    pass
             _wait_for_dumps([out / f"stacks{rank}.txt" for rank in range(len(ranks))])
             return "hung"
         if now - start > timeout_s:

@@ -11,7 +11,6 @@ outlives the call.
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 from dpcost.procs import die_with_parent, free_port
@@ -49,9 +48,12 @@ def gather(run_rank, args=(), world_size: int = 2, timeout_s: float = 120.0,
                 for rank, ((reader, _), process) in enumerate(zip(pipes, ranks, strict=True))]
     finally:
         for process in ranks:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGKILL)
-            process.join()
+            if process.pid is not None:  # started
+                # Process.kill, not os.kill: a rank is the forkserver's child, not ours, and the
+                # server reaps it as it exits, so a rank that was alive a moment ago may be gone
+                # (ESRCH); Process.kill passes over that (multiprocessing/popen_fork.py).
+                process.kill()
+                process.join()
         for reader, _ in pipes:
             reader.close()
 
