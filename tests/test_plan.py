@@ -3,6 +3,7 @@ real CPU runs, DDP's bucket rule against torch's own, and every bad input (pure 
 """
 
 import json
+import sys
 
 import pytest
 import torch
@@ -150,6 +151,19 @@ def test_cli_json_is_valid_and_the_table_reads(capsys):
     assert data["settings"]["gpus"] == 4 and data["trainable_parameters"] > 0
     assert main(args) == 0
     assert "Recommendation:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--model", "dpcost.torch_models:small_cnn", "--input-shape",
+                                    "8,3,32,32", "--json"], ["--help"]], ids=["plan", "help"])
+def test_a_plan_that_cannot_be_written_exits_1_with_one_line(argv, capsys, monkeypatch):
+    with open("/dev/full", "w") as full:  # every write fails: No space left on device
+        monkeypatch.setattr(sys, "stdout", full)
+        assert main(argv) == 1
+    assert capsys.readouterr().err == ("python -m dpcost.plan: error: could not write to stdout: "
+                                       "No space left on device\n")
+    monkeypatch.setattr(sys, "stdout", None)  # started with stdout closed (cmd >&-)
+    assert main(argv) == 1
+    assert "stdout is closed" in capsys.readouterr().err
 
 
 def test_help_says_the_spec_runs_code():

@@ -1,14 +1,18 @@
 """python -m dpcost.plan --model SPEC: DDP's buckets, bytes, step time and memory for a model.
 
-Exit status 0 on success; 2 with one line naming the parameter on bad input.
+Exit status 0 on success; 2 with one line naming the parameter on bad input; 1 with one line when
+the plan cannot be written to stdout (``>/dev/full``, a closed stdout), as the course's other
+commands (``dpcost.procs.run_cli``).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from dpcost.plan import GPU_NAMES, OPTIMIZERS, PRECISIONS, PlanError, plan
+from dpcost.procs import OneLineErrorParser, print_out, run_cli
+
+PROG = "python -m dpcost.plan"
 
 DESCRIPTION = (
     "Plan data-parallel training for a model: DDP's real buckets (first iteration and rebuilt), "
@@ -19,14 +23,8 @@ DESCRIPTION = (
     "it RUNS THAT CODE: plan only code you trust.")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints usage first)
-        sys.stderr.write(f"dpcost.plan: error: {message}\n")
-        sys.exit(2)
-
-
 def _parser():
-    p = _Parser(prog="python -m dpcost.plan", description=DESCRIPTION)
+    p = OneLineErrorParser(prog=PROG, description=DESCRIPTION)
     p.add_argument("--model", required=True,
                    help="a preset name (e.g. 'Llama-2 70B', 'ResNet-50') or "
                         "package.module:callable returning an nn.Module (runs that code)")
@@ -53,11 +51,15 @@ def _parser():
 
 
 def main(argv=None) -> int:
+    return run_cli(PROG, _main, argv)
+
+
+def _main(argv) -> int:
     args = _parser().parse_args(argv)
     try:
         import torch  # noqa: F401 - the plan builds and traces the module with it
     except ImportError:
-        sys.stderr.write("dpcost.plan: error: needs PyTorch: pip install 'dpcost[measure]' "
+        sys.stderr.write(f"{PROG}: error: needs PyTorch: pip install 'dpcost[measure]' "
                          "(from a clone: pip install -e '.[measure]')\n")
         return 2
     try:
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
                       find_unused_parameters=args.find_unused_parameters,
                       gradient_as_bucket_view=args.gradient_as_bucket_view)
     except PlanError as error:
-        sys.stderr.write(f"dpcost.plan: error: {error}\n")
+        sys.stderr.write(f"{PROG}: error: {error}\n")
         return 2
     from dpcost.plan.report import format_table, plot, to_json
 
@@ -76,9 +78,9 @@ def main(argv=None) -> int:
         try:
             plot(result, args.plot)
         except (OSError, ValueError) as error:
-            sys.stderr.write(f"dpcost.plan: error: --plot: {' '.join(str(error).split())}\n")
+            sys.stderr.write(f"{PROG}: error: --plot: {' '.join(str(error).split())}\n")
             return 2
-    print(to_json(result) if args.json else format_table(result))
+    print_out(to_json(result) if args.json else format_table(result))
     return 0
 
 
