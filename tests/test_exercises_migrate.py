@@ -259,14 +259,14 @@ def verdict_of(fn, timeout=mc.DEFAULT_TIMEOUT):
 def test_a_setsid_grandchild_holding_the_pipe_neither_stretches_nor_survives():
     started = time.monotonic()
     v, uid = verdict_of(setsid_holder)
-    assert failing(v) == {}
+    assert failing(v) == {}, failing(v).get("runs")  # the cause in words, when it fails
     assert time.monotonic() - started < 15  # not the timeout plus 30 s
     assert sandbox_processes(uid) == []
 
 
 def test_num_workers_2_is_graded_by_what_each_rank_read():
     v, uid = verdict_of(with_workers)
-    assert failing(v) == {}
+    assert failing(v) == {}, failing(v).get("runs")
     assert sandbox_processes(uid) == []
 
 
