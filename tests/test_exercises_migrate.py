@@ -5,6 +5,7 @@ import json
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -119,6 +120,9 @@ def test_a_hanging_rank_is_stopped_and_named():
     v = failing(verdict("hangs", timeout=4))
     assert time.monotonic() - started < 30
     assert "rank 0 did not finish within 4 s" in v["runs"], v
+    # where, from the rank's stack dump: the loop's sleep (or its `while`, between two sleeps)
+    sleep = next(n for n, line in enumerate(open(__file__), 1) if "time.sleep(0.1)" in line)
+    assert any(f"(it was at line {n} of train_ddp)" in v["runs"] for n in (sleep, sleep - 1)), v
     assert v["split"] == "not checked: the run did not finish"
 
 
@@ -296,3 +300,16 @@ def test_the_students_line_is_found_in_a_folder_named_for_the_course():
     except KeyError as error:
         described = mc._describe_error(error)
     assert described["where"] == "line 2 of train_ddp", described
+
+
+def test_a_stuck_rank_is_placed_at_the_students_line_and_the_call_it_was_in(tmp_path):
+    """faulthandler's dump, innermost frame first: the first frame outside torch and dpcost is
+    the student's, and the frame inside it names the call that did not return."""
+    c10d = Path(dist.__file__).parent / "distributed_c10d.py"
+    (tmp_path / "rank1.stacks").write_text(
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        f'  File "{c10d}", line 2400 in destroy_process_group\n'
+        '  File "/home/ada/dpcost/ex3.py", line 57 in train_ddp\n'
+        f'  File "{mc.__file__}", line 240 in _rank_main\n\n')
+    assert mc._stuck_at(tmp_path, 1) == "line 57 of train_ddp, in destroy_process_group"
+    assert mc._stuck_at(tmp_path, 0) == ""  # no dump: the message says only what it knows

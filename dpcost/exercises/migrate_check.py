@@ -27,6 +27,7 @@ in OpenMP, with one thread it does not.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import functools
 import importlib
 import json
@@ -62,11 +63,11 @@ SETTINGS = {  # name: (dataset size, epochs, global batch, seed)
     "48 samples, 3 epochs, global batch 12": (48, 3, 12, 1),
 }
 CHECK_SETTING = "32 samples, 2 epochs, global batch 8"
-_TIMEOUT = [DEFAULT_TIMEOUT]  # the current run's limit, for DPCOST_EX3_DEBUG_DIR's dumps
+_TIMEOUT = [DEFAULT_TIMEOUT]  # the current run's limit, for the stuck ranks' stack dumps
 
 
 def setting_timeout() -> float:
-    """When a stuck rank dumps its stacks (DPCOST_EX3_DEBUG_DIR): 1 s before the limit."""
+    """When each rank dumps its Python stacks, if it is still running: 1 s before the limit."""
     return max(0.5, _TIMEOUT[0] - 1.0)
 
 
@@ -212,12 +213,9 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
     """One rank: torchrun's environment, the student's function, a JSON file with what it did."""
     die_with_parent()
     torch.set_num_threads(1)
-    debug = os.environ.get("DPCOST_EX3_DEBUG_DIR")  # where a stuck rank dumps its stacks
-    if debug:
-        import faulthandler
-
-        stacks = open(os.path.join(debug, f"rank{rank}-{os.getpid()}-stacks.txt"), "w")  # noqa: SIM115
-        faulthandler.dump_traceback_later(setting_timeout(), file=stacks)
+    # A rank still running just before the limit writes where it is (the worker reads it)
+    stacks = open(os.path.join(folder, f"rank{rank}.stacks"), "w")  # noqa: SIM115 - until exit
+    faulthandler.dump_traceback_later(setting_timeout(), file=stacks)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     size, epochs, global_batch, seed = setting
@@ -309,8 +307,8 @@ def _run_ranks(fn, setting, timeout: float, result_fd: int) -> dict:
     for rank in range(WORLD_SIZE):
         result = _read_rank(folder, rank)
         if rank not in ended:
-            result = {"rank": rank, "status": "hung",
-                      "after_failure": failed_at is not None, "timeout": timeout}
+            result = {"rank": rank, "status": "hung", "after_failure": failed_at is not None,
+                      "timeout": timeout, "where": _stuck_at(folder, rank)}
         elif result is None:
             code = ended[rank]
             how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0 else
@@ -321,6 +319,26 @@ def _run_ranks(fn, setting, timeout: float, result_fd: int) -> dict:
             result.setdefault("failed_at", ended_at[rank])
         summary[str(rank)] = result
     return summary
+
+
+def _stuck_at(folder, rank) -> str:
+    """Where a rank that did not finish was, from its stack dump ("" without one): the innermost
+    frame of the thread that runs the student's code, and the call it was in, e.g. "line 57 of
+    train_ddp, in destroy_process_group". faulthandler lists each thread's frames innermost
+    first, as '  File "PATH", line N in NAME'."""
+    try:
+        with open(os.path.join(folder, f"rank{rank}.stacks")) as f:
+            text = f.read(200_000)
+    except OSError:
+        return ""
+    for block in text.split("\n\n"):
+        frames = [(line.split('"')[1], line.rsplit(", line ", 1)[1].split(" in ", 1))
+                  for line in block.splitlines() if line.startswith('  File "')]
+        for i, (path, (number, name)) in enumerate(frames):
+            if not str(Path(path).resolve()).startswith(_LIBRARY_DIRS):
+                inner = f", in {frames[0][1][1]}" if i else ""
+                return f"line {number} of {name}{inner}"
+    return ""
 
 
 def _read_rank(folder, rank):
@@ -461,7 +479,7 @@ def checked_rank(result, rank: int) -> dict:
         return bad
     if status == "hung":
         ok = type(result.get("timeout")) in (int, float) and type(
-            result.get("after_failure")) is bool
+            result.get("after_failure")) is bool and type(result.get("where", "")) is str
     elif status == "died":
         ok = type(result.get("detail")) is str
     elif status in ("returned", "raised"):
@@ -502,8 +520,9 @@ def judge(data: dict, setting) -> dict[str, str]:
         elif r["status"] == "died":
             problems.append((when, f"rank {r['rank']} {r['detail']} before returning"))
         elif r["status"] == "hung":
+            where = f" (it was at {r['where']})" if r.get("where") else ""
             problems.append((math.inf,
-                f"rank {r['rank']} did not finish within {r['timeout']:g} s" +
+                f"rank {r['rank']} did not finish within {r['timeout']:g} s{where}" +
                 (" after the other rank failed: it was waiting for it" if r["after_failure"]
                  else ": it hangs - waiting in a collective another rank never reached "
                       "(or looping)?")))
