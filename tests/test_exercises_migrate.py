@@ -313,3 +313,9 @@ def test_a_stuck_rank_is_placed_at_the_students_line_and_the_call_it_was_in(tmp_
         f'  File "{mc.__file__}", line 240 in _rank_main\n\n')
     assert mc._stuck_at(tmp_path, 1) == "line 57 of train_ddp, in destroy_process_group"
     assert mc._stuck_at(tmp_path, 0) == ""  # no dump: the message says only what it knows
+
+
+def test_a_garbled_stack_dump_gives_no_place_and_no_error(tmp_path):
+    """The rank's own code can write the dump: anything unreadable is left out."""
+    (tmp_path / "rank0.stacks").write_text('  File "x.py", line many in f\n  File "\nnonsense\n')
+    assert mc._stuck_at(tmp_path, 0) == ""

@@ -332,12 +332,15 @@ def _stuck_at(folder, rank) -> str:
     except OSError:
         return ""
     for block in text.split("\n\n"):
-        frames = [(line.split('"')[1], line.rsplit(", line ", 1)[1].split(" in ", 1))
-                  for line in block.splitlines() if line.startswith('  File "')]
-        for i, (path, (number, name)) in enumerate(frames):
+        frames = []  # (path, line number, function), innermost first
+        for line in block.splitlines():
+            path, _, place = line.removeprefix('  File "').rpartition('", line ')
+            number, _, name = place.partition(" in ")
+            if line.startswith('  File "') and path and number.isdigit() and name:
+                frames.append((path, number, name[:100]))  # the file is the rank's to write
+        for i, (path, number, name) in enumerate(frames):
             if not str(Path(path).resolve()).startswith(_LIBRARY_DIRS):
-                inner = f", in {frames[0][1][1]}" if i else ""
-                return f"line {number} of {name}{inner}"
+                return f"line {number} of {name}" + (f", in {frames[0][2]}" if i else "")
     return ""
 
 
