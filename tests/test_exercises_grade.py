@@ -8,11 +8,11 @@ import sys
 import pytest
 
 from dpcost.exercises import MASTER_DIR
-from dpcost.exercises.grade import StudentCode, student_cells
+from dpcost.grading.grade import StudentCode, student_cells
 
 
 def _grade(folder, *args):
-    return subprocess.run([sys.executable, "-I", "-m", "dpcost.exercises.grade", *args],
+    return subprocess.run([sys.executable, "-I", "-m", "dpcost.grading.grade", *args],
                           cwd=folder, capture_output=True, text=True, timeout=120)
 
 
@@ -73,7 +73,7 @@ def test_grade_cells_and_the_checkers_imports_are_not_the_students_code():
 def test_bad_arguments_get_one_line(tmp_path, args, message):
     done = _grade(tmp_path, *args)
     assert done.returncode == 2 and message in done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith("python -I -m dpcost.exercises.grade")
+    assert done.stderr.strip().splitlines()[-1].startswith("python -I -m dpcost.grading.grade")
 
 
 def test_a_missing_notebook_names_it(tmp_path):

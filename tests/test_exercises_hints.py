@@ -23,7 +23,7 @@ from dpcost.exercises.hints import (
 )
 from dpcost.exercises.ring_step import PHASE_NAMES
 from dpcost.exercises.solutions import SOLUTIONS
-from dpcost.exercises.student import pairs
+from dpcost.grading.student import pairs
 
 EXERCISE_HINTS = {"ex1_five_functions": list(FUNCTION_NAMES), "ex2_ring_step": list(PHASE_NAMES),
                   "ex3_migrate": ["train_ddp"]}

@@ -20,8 +20,9 @@ import pytest
 
 import dpcost
 import dpcost.core
-from dpcost.exercises import confine, five_functions, sandbox
-from dpcost.exercises.sandbox import run_many, run_sandboxed
+from dpcost.exercises import five_functions
+from dpcost.grading import confine, sandbox
+from dpcost.grading.sandbox import run_many, run_sandboxed
 
 
 def multiply(a, b):
@@ -392,7 +393,7 @@ def started_uids(monkeypatch) -> list[int]:
 
 # Prepended to a "kernel" script: the kernel prints each sandbox's uid as it starts one.
 RECORD_UIDS = """
-    from dpcost.exercises import confine as _confine
+    from dpcost.grading import confine as _confine
 
     _real_start = _confine.Confined._start
 

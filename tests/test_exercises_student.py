@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from dpcost.exercises.student import (
+from dpcost.grading.student import (
     STUDENT_DIR,
     WIDGET_STATE,
     WIDGET_VIEW,

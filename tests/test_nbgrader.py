@@ -2,7 +2,7 @@
 
 nbgrader's ``generate_assignment`` runs a fixed chain of preprocessors on each master; the ones
 that need no course database run here, in its order, on notebooks/instructor/ex*.ipynb. What
-comes out must equal notebooks/ex*.ipynb (written by dpcost.exercises.student) cell by cell -
+comes out must equal notebooks/ex*.ipynb (written by dpcost.grading.student) cell by cell -
 type, id, source and metadata - apart from the stub's message: nbgrader writes
 ``raise NotImplementedError()``, the course names the function to write. Outputs are not
 compared (the student versions are committed executed). Then the grading itself, end to end with
@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dpcost.exercises.student import make_student, pairs
+from dpcost.grading.student import make_student, pairs
 
 pytest.importorskip("nbgrader", reason="nbgrader (a dev dependency) is not installed")
 

@@ -1,18 +1,17 @@
 """Exercises: the student writes the five functions and one ring step; checks, hints, versions.
 
 Modules (import the one you need; nothing heavy is imported here):
-``sandbox`` runs student code in a confined child (``confine``: its own user id, namespaces
-and resource limits) with a time limit; ``five_functions`` and
-``ring_step`` hold the worked examples and the test batteries (``check`` / ``submit``);
-``report`` renders results; ``hints`` reveals hints one at a time; ``student`` writes the
-student notebooks from the instructor masters; ``grade`` grades a notebook's file in a new
-interpreter (what nbgrader's grade cells run).
+``five_functions``, ``ring_step`` and ``migrate_check`` hold the worked examples and the test
+batteries (``check`` / ``submit``); ``report`` renders results; ``hints`` reveals hints one at
+a time; ``solutions`` holds the worked solutions the hints end with. The checkers run student
+code through :mod:`dpcost.grading` (the confined sandbox); the out-of-kernel grader that
+nbgrader's grade cells run, and the writer of the student notebooks, live there too.
 """
 
 from pathlib import Path
 
 # Where the exercise notebooks live: the instructor masters and the student versions written from
-# them (``student``), whose hint regions ``hints`` rewrites.
+# them (``dpcost.grading.student``), whose hint regions ``hints`` rewrites.
 ROOT = Path(__file__).resolve().parents[2]
 MASTER_DIR = ROOT / "notebooks" / "instructor"
 STUDENT_DIR = ROOT / "notebooks"

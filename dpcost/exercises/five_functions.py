@@ -7,7 +7,7 @@ the return type, the ratio n for many sizes (0 included), independence from the 
 large values and invalid inputs; it reports a score and every failure with its reason.
 
 Each call of the student's function runs in a forked child with a time limit
-(:mod:`dpcost.exercises.sandbox`). Expected values are computed here, exactly, with
+(:mod:`dpcost.grading.sandbox`). Expected values are computed here, exactly, with
 ``fractions.Fraction`` from the formulas of the contract, never by calling ``dpcost.core``:
 
     dp_communication_volume(P, n)        = 2 (n - 1) P        bytes   (0.0 for n <= 1)
@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpcost.exercises.report import Report, TestResult, solution_pointer
-from dpcost.exercises.sandbox import (
+from dpcost.grading.sandbox import (
     DEFAULT_TIMEOUT,
     NO_RESULT,
     Outcome,
@@ -378,7 +378,7 @@ def battery_report(named: list[tuple[str, object]], timeout: float = DEFAULT_TIM
                    max_timeouts: int = 2) -> Report:
     """The full battery for each ``(name, function)`` (None: not defined); a :class:`Report`.
 
-    ``submit`` calls this for the notebook's functions, ``dpcost.exercises.grade`` for the
+    ``submit`` calls this for the notebook's functions, ``dpcost.grading.grade`` for the
     functions that the notebook's file defines.
     """
     report = Report("submit: the full battery", "submit")

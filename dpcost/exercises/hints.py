@@ -7,7 +7,7 @@ button that reveals the next hint at each click and, after the last, the worked 
 (the site, a notebook viewer, a printout) where the hints are. The exercise notebooks' markdown
 carries them, between ``<!-- BEGIN HINTS name ... -->`` and
 ``<!-- END HINTS -->``, written from ``HINTS`` by ``python -m dpcost.exercises.hints`` (which
-``python -m dpcost.exercises.student`` runs first), so the copies cannot drift apart.
+``python -m dpcost.grading.student`` runs first), so the copies cannot drift apart.
 The last hint of each exercise comes close to the answer but is never the code.
 """
 
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         for path in stale:
             print(f"hints out of date in {path.relative_to(ROOT)} "
-                  f"(run: python -m dpcost.exercises.student)")
+                  f"(run: python -m dpcost.grading.student)")
         return 1 if stale else 0
     return 0
 

@@ -47,10 +47,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from dpcost.exercises import confine
 from dpcost.exercises import hints as _hints
 from dpcost.exercises.report import Report, TestResult
-from dpcost.exercises.sandbox import student_function_name
+from dpcost.grading import confine
+from dpcost.grading.sandbox import student_function_name
 from dpcost.migration import SAME_ORDER, SAME_SAMPLES, same_order_every_epoch, same_samples
 from dpcost.procs import die_with_parent, free_port
 
@@ -389,7 +389,7 @@ SETUP_S = 10.0  # beyond the timeout: the sandbox's start and the worker's answe
 
 
 def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -> dict:
-    """Run ``fn`` on 2 gloo ranks in a confined sandbox (:mod:`dpcost.exercises.confine`);
+    """Run ``fn`` on 2 gloo ranks in a confined sandbox (:mod:`dpcost.grading.confine`);
     what happened, as plain (JSON) data.
 
     Returns {"ok": True, "reference": {...}, "ranks": {"0": {...}, "1": {...}},
@@ -616,7 +616,7 @@ def submit(fn=None, *, timeout: float = DEFAULT_TIMEOUT) -> Report:
 
 def settings_report(fn, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run ``fn`` as ``train_ddp`` in both settings; a :class:`Report`. ``submit`` calls this
-    for the notebook's function, ``dpcost.exercises.grade`` for the one the notebook's file
+    for the notebook's function, ``dpcost.grading.grade`` for the one the notebook's file
     defines (run from its cells in each rank)."""
     name = "train_ddp"
     report = Report(f"submit: {name} on 2 gloo ranks, {len(SETTINGS)} settings", "submit")

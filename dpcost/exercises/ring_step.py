@@ -18,7 +18,7 @@ ring for the other phase that fits it: after a reduce-scatter given alone, a rin
 starts from the chunk each rank holds summed; before an all-gather given alone, a ring
 reduce-scatter that leaves summed on each rank the chunk that the all-gather sends from it first
 (for the course's schedules, these are the course's). Every call of the student's code happens
-in a forked child with a time limit (:mod:`dpcost.exercises.sandbox`).
+in a forked child with a time limit (:mod:`dpcost.grading.sandbox`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from dpcost import ring  # in the checker only: the student's code never needs it
 from dpcost.exercises.report import Report, TestResult, solution_pointer
-from dpcost.exercises.sandbox import (
+from dpcost.grading.sandbox import (
     DEFAULT_TIMEOUT,
     NO_RESULT,
     Outcome,
@@ -354,7 +354,7 @@ NOT_GIVEN = {
 def simulator_report(given: dict, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Run the schedules ``given`` ({phase name: function}; a fitting ring runs a phase not
     given) through the simulator for n = 2..8; a :class:`Report`. ``submit`` calls this for
-    the notebook's functions, ``dpcost.exercises.grade`` for those the notebook's file defines.
+    the notebook's functions, ``dpcost.grading.grade`` for those the notebook's file defines.
     """
     names = [name for name in PHASE_NAMES if name in given]
     label = " + ".join(names)

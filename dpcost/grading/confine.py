@@ -515,4 +515,4 @@ def protections() -> dict:
 
 
 if sys.platform != "linux":  # pragma: no cover - the course's checkers need Linux's fork
-    raise ImportError("dpcost.exercises.confine needs Linux")
+    raise ImportError("dpcost.grading.confine needs Linux")

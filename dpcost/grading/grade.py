@@ -1,7 +1,7 @@
 """Grade an exercise notebook from its file, in fresh processes: what nbgrader's grade cells run.
 
-    python -I -m dpcost.exercises.grade ex1_five_functions.ipynb dp_communication_volume
-    python -I -m dpcost.exercises.grade --points 2 ex3_migrate.ipynb train_ddp
+    python -I -m dpcost.grading.grade ex1_five_functions.ipynb dp_communication_volume
+    python -I -m dpcost.grading.grade --points 2 ex3_migrate.ipynb train_ddp
 
 The kernel that runs a student's notebook runs the student's code, so nothing in it can be
 trusted to grade: a cell can redefine ``submit``, or patch any module the kernel has loaded. So
@@ -13,7 +13,7 @@ PYTHONPATH on its import path, so a ``dpcost/`` folder beside the notebook is no
    checkers (``check``, ``submit`` and the hints are no-ops here);
 2. runs the battery of ``submit`` (the same tests, the same expected values, computed here), with
    the student's code executed only in the sandbox's children, confined as
-   ``dpcost.exercises.confine`` says (another uid, new PID, mount and network namespaces where
+   ``dpcost.grading.confine`` says (another uid, new PID, mount and network namespaces where
    allowed, resource limits): a child runs the cells, then calls the function, and sends back
    plain values. For ex1 and ex2 the ``dpcost`` package cannot
    be imported there (the reference answers live in it); ex3 gives the cells the names its
@@ -151,7 +151,7 @@ def grade(exercise: str, cells: list[tuple[str, str]], names: list[str]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -I -m dpcost.exercises.grade",
+    parser = argparse.ArgumentParser(prog="python -I -m dpcost.grading.grade",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("notebook", type=Path, help="the exercise notebook's file, e.g. "
                         "ex1_five_functions.ipynb")

@@ -1,7 +1,7 @@
 """Run student code in a confined child process, with a time limit; only plain data comes back.
 
 The child is forked from the notebook's kernel (so the functions a student defined need no
-pickling) and confined by :mod:`dpcost.exercises.confine`: an unprivileged uid of its own when
+pickling) and confined by :mod:`dpcost.grading.confine`: an unprivileged uid of its own when
 the kernel runs as root, new PID and mount namespaces where the system allows them, resource
 limits always, and every process it starts ended with it. ``protections()`` says what is in
 force here. The kernel waits at most ``timeout`` seconds per call, then kills the child.
@@ -58,7 +58,7 @@ import warnings
 import weakref
 from dataclasses import dataclass
 
-from dpcost.exercises import confine
+from dpcost.grading import confine
 
 DEFAULT_TIMEOUT = 2.0  # seconds per test; the reference solutions take microseconds
 MAX_REPR = 200  # characters of a returned value's repr kept
@@ -76,7 +76,7 @@ NO_RESULT = ("timeout", "crashed", "malformed", "skipped")
 END_OF_CALL = b"\x00\x1edpcost: end of call\x1e\x00"  # in the output pipe, after each call
 READY = b"ready\n"  # the child's first line: set up, about to run the first call
 PACKAGE = "dpcost"
-_ALWAYS_ALLOWED = ("dpcost.exercises.sandbox", "dpcost.exercises.confine")
+_ALWAYS_ALLOWED = ("dpcost.grading.sandbox", "dpcost.grading.confine")
 
 
 def limits_for(timeout: float, calls: int) -> confine.Limits:

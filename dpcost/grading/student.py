@@ -16,8 +16,8 @@ stub's message (``tests/test_nbgrader.py`` checks it): cells are locked as nbgra
 only its own database uses, are left out. Before that, the hints in the masters' markdown are
 rewritten from ``dpcost.exercises.hints.HINTS``.
 
-    python -m dpcost.exercises.student            # write + execute notebooks/ex*.ipynb
-    python -m dpcost.exercises.student --check    # exit 1 if a committed one is out of sync
+    python -m dpcost.grading.student            # write + execute notebooks/ex*.ipynb
+    python -m dpcost.grading.student --check    # exit 1 if a committed one is out of sync
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dpcost.exercises.hints import sync_notebook
 
-    parser = argparse.ArgumentParser(prog="python -m dpcost.exercises.student",
+    parser = argparse.ArgumentParser(prog="python -m dpcost.grading.student",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="only compare the committed student notebooks with the masters")
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         nbformat.write(student, student_path)
         print(f"wrote {student_path.relative_to(ROOT)} from {master_path.relative_to(ROOT)}")
     for path in stale:
-        print(f"out of sync: {path.relative_to(ROOT)} (run: python -m dpcost.exercises.student)")
+        print(f"out of sync: {path.relative_to(ROOT)} (run: python -m dpcost.grading.student)")
     if args.check and not stale:
         print(f"{len(pairs())} student notebooks match their masters")
     return 1 if stale else 0
