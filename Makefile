@@ -12,16 +12,16 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
         portable portable-first portable-second npm-site npm-slides
 
 # Ranges in pyproject.toml, exact versions (those behind the committed outputs) in constraints.txt.
-# uv installs them in 12 s on this project's 2-core machine (caches warm; pip: 57 s); pip installs
-# them where uv fails. uv reads no pip settings: pip's extra index (PyTorch's CPU build, in CI) and
-# find-links (a local torch wheel) are passed on. Nothing is byte-compiled at install (uv's
-# --compile-bytecode compiles all 11,000 files in 19 s more); Python writes the .pyc of what is
-# imported, once, the first time, so PYTHONDONTWRITEBYTECODE (set in some containers) is unset
-# here: without .pyc files every process would compile torch again (import torch: 10 s, not 5).
+# uv installs them, much faster than pip; pip installs them where uv fails. uv reads no pip
+# settings: pip's extra index (PyTorch's CPU build, in CI) and find-links (a local torch wheel) are
+# passed on. Nothing is byte-compiled at install (uv's --compile-bytecode would compile every file,
+# most of them never imported); Python writes the .pyc of what is imported, once, the first time,
+# so PYTHONDONTWRITEBYTECODE (set in some containers) is unset here: without .pyc files every
+# process would compile torch again. docs/ci.md gives the figures.
 unexport PYTHONDONTWRITEBYTECODE
 UV_FLAGS = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) \
     $(if $(PIP_EXTRA_INDEX_URL),--extra-index-url $(PIP_EXTRA_INDEX_URL) --index-strategy unsafe-best-match)
-# The venv is made without ensurepip's pip (4 s of the 11 s install here): the system's pip puts
+# The venv is made without ensurepip's pip (a large share of the install): the system's pip puts
 # uv in it (pip >= 22.3 has --python), and uv installs the rest, pip included (the fallback and
 # `make constraints` use it). Without a system pip, or with an older one: python -m venv as usual.
 $(STAMP): pyproject.toml constraints.txt
@@ -69,9 +69,9 @@ test-heavy: $(STAMP)
 
 # The site's explorer and the decks load their JavaScript from node_modules: book/build.py and
 # slides/build.py run npm ci (pinned by each package-lock.json) when it is out of date. `make test`
-# has them do it beside the venv's install, which keeps one core busy for 5 s, instead of inside
-# the tests' lanes (12 s of CPU). Their modules import only the standard library. Without npm the
-# tests that need it skip.
+# has them do it on the other core, beside the venv's install, instead of inside the tests' lanes,
+# where it would take CPU from the tests. Their modules import only the standard library. Without
+# npm the tests that need it skip.
 NPM_VENDOR := $(if $(shell command -v npm 2>/dev/null),npm-site npm-slides)
 npm-site:
 	cd book && $(PYTHON) -c 'import build; build.npm_ci()'
@@ -130,7 +130,7 @@ browser:
 
 # Regenerate the student exercise notebooks from the instructor masters and execute them.
 student: $(STAMP)
-	$(PY) -m dpcost.exercises.student
+	$(PY) -m dpcost.grading.student
 
 # One reveal.js deck per notebook, offline: build/slides/index.html. reveal.js, MathJax 2, RequireJS
 # and jQuery come from npm (slides/build.py runs npm ci against slides/package-lock.json when it

@@ -3,9 +3,8 @@
 ``launch(config)`` starts one helper process, which forks the ``config.world_size`` ranks. The
 helper comes from multiprocessing's ``forkserver``: a warm process, started once per calling
 process, that imported torch and ``torch._dynamo`` (which DDP's constructor imports) before forking
-anything (``warm.py``). Importing them takes 2-4 s on this machine's cores, so a session (a
-notebook, a test run) pays it once instead of once per run; the ranks, forked from the helper,
-never pay it. The warm
+anything (``warm.py``). Importing them is slow, so a session (a notebook, a test run) pays it
+once instead of once per run; the ranks, forked from the helper, never pay it. The warm
 process ignores SIGINT and SIGTERM and leaves when its caller exits (at exit, the caller waits for
 it). Ranks die with the helper (``PR_SET_PDEATHSIG``), the helper dies with the warm process, and
 the helper kills the ranks when it is told to stop, so no rank or helper outlives ``launch``.

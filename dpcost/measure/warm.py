@@ -1,13 +1,13 @@
 """What the warm process (``launch.warm_context``, multiprocessing's forkserver) imports once,
 before it forks any helper or rank; ranks that torchrun starts import it first too.
 
-torch, ``torch._dynamo`` (DDP's constructor imports it) and ``torch.distributed``: about 2 s of
-import on this project's 2-core machine, paid once per session instead of once per run.
+torch, ``torch._dynamo`` (DDP's constructor imports it) and ``torch.distributed``: slow imports,
+paid once per session instead of once per run.
 
 Then ``gc.freeze()``, Python's own pre-fork idiom (its documentation, ``gc.freeze``): the
 collector never walks these objects again, neither in the forked children, whose pages then stay
-shared, nor when the process exits. Measured here: the warm process ends in 0.25 s instead of
-1.0 s (its caller waits for it at exit), and a torchrun rank 0.6 s sooner.
+shared, nor when the process exits. So the warm process ends sooner (its caller waits for it at
+exit), and so does a torchrun rank; docs/ci.md gives the figures.
 """
 
 import gc
