@@ -7,27 +7,28 @@ H100: peak FLOP/s and memory from ``dpcost.presets.GPUS``); the utilisation of i
 optimizer; the global batch b and the output elements per sample. Views, updated on every change:
 
 1. bytes per step on the busiest link against n: DataParallel's GPU0 on its copy path (a star)
-   and on its NCCL path (pipelined chains), both from ``dataparallel_traffic.dp_path_traffic``,
-   and a DDP rank's ring all-reduce, ``2(n-1)/n G``; DataParallel stops at one node;
-2. the step time at the chosen n, compute plus exposed communication (``dpcost.step_time``):
-   DP's serial sum on each path, DDP's backward overlapped with bucket all-reduces (beyond one
-   node: the two-level all-reduce beside the flat ring);
-3. memory per GPU for DP's GPU0, DDP and ZeRO-1/2/3 against the GPU's capacity
-   (``dpcost.memory``), with a fits / does not fit verdict for each;
+   and on its NCCL path (pipelined chains), and a DDP rank's ring all-reduce, ``2(n-1)/n G``;
+   DataParallel stops at one node;
+2. the step time at the chosen n, compute plus exposed communication: DP's serial sum on each
+   path, DDP's backward overlapped with bucket all-reduces (beyond one node: the two-level
+   all-reduce beside the flat ring), and HSDP (sharded in a node, replicated across nodes);
+3. memory per GPU for DP's GPU0, DDP, ZeRO-1/2/3 and HSDP against the GPU's capacity, with a
+   fits / does not fit verdict for each;
 4. a readout table with every number, which path it is for, and the verdict in words.
+Every number is ``dpcost.evaluate.evaluate``'s for the setting the controls describe.
 
 "your module" beside the presets: a spec (``package.module:callable``, imported and called:
 it runs that code) and the input of one sample; ``dpcost.plan`` builds it on the meta device
-and traces it once, and the explorer takes its exact parameter count, outputs per sample and
-activations per sample (fp32, saved-tensor bytes) from that trace. Its FLOPs and buckets are
-then the custom model's (6 N per sample, a stream of buckets): ``python -m dpcost.plan`` gives
-the module's own. Needs PyTorch; the presets do not.
+and traces it once at the chosen precision, and the explorer takes its model facts from that
+trace: its tensors and their ready order (DDP's real buckets), FLOPs, outputs and
+activations. Needs PyTorch; the presets do not.
 
 DataParallel is one process on one machine (``torch/nn/parallel/data_parallel.py``: its
 ``device_ids`` are that machine's GPUs; PyTorch's DDP tutorial, "Comparison between
 DataParallel and DistributedDataParallel"), so the explorer offers it only for n <= g. It
 scatters the batch with ``torch.chunk``'s sizes and replicates only to
-``device_ids[:len(inputs)]`` (``dp_batch_split``), so a batch smaller than n uses fewer GPUs.
+``device_ids[:len(inputs)]`` (``dpcost.evaluate.dp_batch_split``), so a batch smaller
+than n uses fewer GPUs.
 
 What the views show is computed by ``dpcost.explorer_model`` (no ipywidgets, no matplotlib); this
 module is the widget. Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback
@@ -75,7 +76,7 @@ from dpcost.explorer_model import (
 )
 from dpcost.explorer_views import MemoryView, StepView, VolumeView
 from dpcost.memory import ATTENTIONS
-from dpcost.presets import GPUS, INTERCONNECTS, MODELS, custom_model
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS
 
 __all__ = ["Explorer", "scenario", "verdict", "parse_parameter_count", "CUSTOM", "GPU_CHOICES",
            "GPUS_PER_NODE_CHOICES", "INTRA_NODE_LINKS", "INTER_NODE_LINKS", "OPTIMIZERS",
@@ -88,14 +89,14 @@ MODULE_SETTINGS = {"spec": "dpcost.torch_models:small_cnn", "module_input": "3,3
 
 
 @lru_cache(maxsize=16)
-def planned_model(spec: str, per_sample: str):
-    """A ModelPreset for the module ``spec`` builds, from one ``dpcost.plan`` trace on meta
-    (fp32, one sample): exact trainable parameters, each tensor and the order autograd readies
-    their gradients (DDP's buckets, DataParallel's chunks), FLOPs, outputs and activation bytes
-    per sample. ``per_sample``: one sample's float input shape ("3,32,32") or "tokens S".
-    ValueError (``dpcost.plan.PlanError``) names what is wrong."""
+def planned_model(spec: str, per_sample: str, precision: str = "fp32"):
+    """The ``ModelFacts`` of the module ``spec`` builds, from one ``dpcost.plan`` trace on meta
+    at ``precision`` and one sample: exact trainable tensors and the order autograd readies
+    their gradients (DDP's buckets, DataParallel's chunks), FLOPs, outputs and activations.
+    ``per_sample``: one sample's float input shape ("3,32,32") or "tokens S". ValueError
+    (``dpcost.plan.PlanError``) names what is wrong."""
     try:
-        from dpcost.plan import plan
+        from dpcost.plan import traced_facts
     except ImportError:
         raise ValueError("your module needs PyTorch: pip install 'dpcost[measure]'") from None
     text = per_sample.strip()
@@ -103,22 +104,13 @@ def planned_model(spec: str, per_sample: str):
         seq = text.removeprefix("tokens").strip()
         if not seq.isdigit():
             raise ValueError(f"input per sample: 'tokens S' needs a whole S, got {per_sample!r}")
-        result = plan(spec, gpus=1, precision="fp32", batch=1, seq=int(seq))
+        facts, _, _ = traced_facts(spec, precision, None, 1, int(seq))
     else:
-        result = plan(spec, gpus=1, precision="fp32", input_shape=f"1,{text}")
-    model = custom_model(result["trainable_parameters"],
-                         output_elements_per_sample=result["output_elements_per_sample"],
-                         activation_bytes_per_sample=result["activation_bytes"],
-                         name=f"your module {spec}")
-    width = result["parameter_bytes"] / sum(  # fp32: the plan's bytes are 4 per element
-        result["by_dtype"][dtype]["parameters"] for dtype in result["by_dtype"])
-    elements = tuple(round(size / width) for size in result["param_bytes"])
-    flops = result["flops"]["forward"] + result["flops"]["backward"]  # one sample
-    return replace(model, parameter_elements=elements, ready_order=tuple(result["ready_order"]),
-                   training_flops_per_sample=flops,
-                   source="dpcost.plan: counted on the meta device from one traced forward and "
-                          "backward (parameters, tensors and their ready order, FLOPs, outputs, "
-                          "activations)")
+        facts, _, _ = traced_facts(spec, precision, f"1,{text}", None, None)
+    return replace(facts, name=f"your module {spec}",
+                   source="dpcost.plan: counted on the meta device from one traced forward "
+                          "and backward (parameters, tensors and their ready order, FLOPs, "
+                          "outputs, activations)")
 
 
 class Explorer:
@@ -225,7 +217,8 @@ class Explorer:
         your module: ``planned_model``)."""
         c = self.controls
         if c["model"].value == YOUR_MODULE:
-            return planned_model(c["spec"].value, c["module_input"].value)
+            return planned_model(c["spec"].value, c["module_input"].value,
+                                 c["precision"].value)
         return model_for(c["model"].value, c["custom"].value, c["outputs"].value)
 
     def update(self) -> None:

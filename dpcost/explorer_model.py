@@ -25,45 +25,14 @@ import re
 from dataclasses import replace
 from functools import lru_cache
 
-from dpcost.buckets import ddp_bucket_sizes, ddp_buckets_from_sizes
+from dpcost import defaults
 from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
-from dpcost.dataparallel_traffic import (
-    dp_path_traffic,
-    gpu_busy_bytes,
-    resnet50_counts,
-    resnet50_parameter_bytes,
-    resnet50_ready_order_bytes,
-)
-from dpcost.memory import (
-    ATTENTIONS,
-    COMPONENTS,
-    PRECISION_MODES,
-    TRAINING_PRECISIONS,
-    activation_bytes_per_sample,
-    fit_verdicts,
-    memory_per_gpu,
-    rank_memory,
-    total_bytes,
-)
-from dpcost.presets import (
-    GPUS,
-    INTERCONNECTS,
-    MODELS,
-    TRANSFORMER_SHAPES,
-    ModelPreset,
-    custom_model,
-    transformer_parameter_counts,
-)
-from dpcost.step_time import (
-    communication_hidden,
-    compute_time,
-    ddp_step_time,
-    dp_step_time,
-    flat_ring_multinode_time,
-    hierarchical_allreduce_time,
-    resnet50_training_flops,
-    transformer_training_flops,
-)
+from dpcost.evaluate import busiest_bytes_curve, evaluate, peak_flops
+from dpcost.memory import ATTENTIONS, COMPONENTS, TRAINING_PRECISIONS, total_bytes
+from dpcost.presets import GPUS, INTERCONNECTS, MODELS, ModelPreset, custom_model
+from dpcost.registry import BY_KEY
+from dpcost.setting import ModelFacts, Setting, facts_from_preset
+from dpcost.step_time import communication_hidden
 from dpcost.units import format_bytes, format_seconds, parse_size
 
 CUSTOM = "custom"
@@ -79,15 +48,20 @@ OPTIMIZERS = [("SGD", "sgd"), ("SGD with momentum", "sgd_momentum"), ("Adam", "a
 # The rows of the step view and the readout, in order: which path or algorithm each number is for.
 DP_COPY, DP_NCCL = "DP, copy path", "DP, NCCL path"
 DDP_RING, DDP_TWO_LEVEL, DDP_FLAT = "DDP, ring", "DDP, two-level", "DDP, flat ring"
-STRATEGY_NAMES = {"dp_gpu0": "DP GPU0", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
-                  "zero3": "ZeRO-3"}
+HSDP = "HSDP"
+# The memory view's bars: DataParallel's GPU0, then the registry's entries the explorer shows.
+STRATEGY_NAMES = {"dp_gpu0": "DP GPU0",
+                  **{k: BY_KEY[k].label for k in ("ddp", "zero1", "zero2", "zero3", "hsdp")}}
+VIEWED = ("dp_copy", "dp_nccl", "ddp", "zero1", "zero2", "zero3", "hsdp")
 CANNOT_SPAN = "DataParallel cannot span machines"
 MAX_BATCH_SIZE = 2**20  # the global batch control's bounds: 1 .. MAX_BATCH_SIZE samples
 MAX_OUTPUTS = 10**10  # output elements per sample: 1 .. MAX_OUTPUTS
-DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": "mixed", "attention": "sdpa",
-            "gpus": 8, "gpus_per_node": 8, "intra_link": "NVLink 4 (H100)",
-            "inter_link": "InfiniBand NDR", "gpu": "H100 SXM 80GB", "utilisation": 0.4,
-            "optimizer": "adam"}
+DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": defaults.PRECISION,
+            "attention": defaults.ATTENTION, "gpus": defaults.GPUS,
+            "gpus_per_node": defaults.GPUS_PER_NODE,
+            "intra_link": defaults.INTRA_LINK[defaults.GPU], "inter_link": defaults.INTER_LINK,
+            "gpu": defaults.GPU, "utilisation": defaults.UTILISATION,
+            "optimizer": defaults.OPTIMIZER}
 
 
 def parse_parameter_count(text: str) -> int:
@@ -116,198 +90,10 @@ def _check_int(name: str, value, minimum: int) -> int:
     return check_int(value, name, minimum)
 
 
-# --- how DataParallel and DDP split a global batch ----------------------------------------
-
-
-def dp_batch_split(batch_size: int, num_gpus: int) -> list[int]:
-    """Samples per GPU when DataParallel scatters a global batch of b over n GPUs.
-
-    ``scatter_gather.py: scatter`` -> ``_functions.py: Scatter.forward`` -> ``comm.py: scatter``
-    -> ``torch/csrc/cuda/comm.cpp: scatter``, which without ``chunk_sizes`` cuts the batch with
-    ``tensor.chunk(n)``: chunks of ``ceil(b/n)`` samples, the last one smaller, and only as many
-    chunks as that takes, which can be fewer than n (b = 10, n = 8: five chunks of 2).
-    ``data_parallel.py: DataParallel.forward`` then replicates to ``device_ids[:len(inputs)]``:
-    one GPU per chunk, GPU0 first. Returns the chunk sizes (whole samples; their length is the
-    number of GPUs used).
-    """
-    b = _check_int("batch_size", batch_size, 1)
-    n = _check_int("num_gpus", num_gpus, 1)
-    chunk = -(-b // n)
-    return [chunk] * (b // chunk) + ([b % chunk] if b % chunk else [])
-
-
-def ddp_samples_per_rank(batch_size: int, num_gpus: int) -> int:
-    """Samples each DDP rank runs for a global batch b: ``ceil(b/n)``, whole samples.
-
-    Every rank runs its own loader; ``torch/utils/data/distributed.py: DistributedSampler``
-    (``drop_last=False``) gives each rank ``ceil(len/n)`` samples, repeating some to make the
-    total a multiple of n, so when n does not divide b the ranks run n ceil(b/n) samples.
-    """
-    b = _check_int("batch_size", batch_size, 1)
-    n = _check_int("num_gpus", num_gpus, 1)
-    return -(-b // n)
-
-
-# --- the models' tensors, for DDP's buckets and DataParallel's 10 MiB chunks ---------------
-
-
-def parameter_counts(model: ModelPreset) -> list[int] | None:
-    """Elements of each parameter tensor, in registration order; None for a custom model.
-
-    A module traced by ``dpcost.plan``: its own tensors. ResNet-50 from
-    ``dataparallel_traffic.resnet50_parameter_bytes``; the transformers from their Hugging Face
-    configs (``presets.transformer_parameter_counts``). None when ``model`` is not a preset with
-    that exact parameter count.
-    """
-    if model.parameter_elements is not None:  # a traced module (dpcost.plan)
-        return list(model.parameter_elements)
-    if model.name == "ResNet-50" and model.parameters == MODELS["ResNet-50"].parameters:
-        return [size for _, size in resnet50_parameter_bytes(dtype_bytes=1)]
-    if model.name not in TRANSFORMER_SHAPES or MODELS[model.name].parameters != model.parameters:
-        return None
-    return transformer_parameter_counts(model.name)
-
-
-@lru_cache(maxsize=64)
-def _ddp_buckets(name: str, parameters: int, grad_bytes: int) -> tuple[float, ...]:
-    model = MODELS.get(name)
-    model = model if model is not None and model.parameters == parameters else None
-    if model is not None and name == "ResNet-50":
-        ready = resnet50_ready_order_bytes(dtype_bytes=grad_bytes)
-    elif model is not None and name in TRANSFORMER_SHAPES:
-        # autograd delivers gradients in about reverse registration order
-        ready = [c * grad_bytes for c in reversed(transformer_parameter_counts(name))]
-    else:  # a custom model: a stream of tensors small against the caps (see ddp_buckets)
-        return tuple(ddp_bucket_sizes(float(parameters * grad_bytes))) or (0.0,)
-    return tuple(ddp_buckets_from_sizes(ready))
-
-
-def ddp_buckets(model: ModelPreset, precision: str) -> list[float]:
-    """Bytes of DDP's gradient buckets after the rebuild (every iteration but the first).
-
-    ``buckets.ddp_buckets_from_sizes`` (torch's ``_compute_bucket_assignment_by_
-    size``: caps 1 MiB then 25 MiB, tensors never split) over the gradients in ready order at
-    the mode's gradient width. A module traced by ``dpcost.plan`` gives its own ready order. A
-    custom model has no tensor list: it is taken as many tensors small against the caps, i.e.
-    buckets of exactly 1 MiB, then 25 MiB, then the rest.
-    """
-    g = PRECISION_MODES[precision].gradient_bytes
-    if model.ready_order is not None:  # a traced module: its gradients as autograd readies them
-        ready = [model.parameter_elements[i] * g for i in model.ready_order]
-        return list(ddp_buckets_from_sizes(ready)) or [0.0]
-    return list(_ddp_buckets(model.name, model.parameters, g))
-
-
-# --- compute ---------------------------------------------------------------------------------
-
-
-def training_flops(model: ModelPreset, samples: int) -> float:
-    """FLOPs of forward and backward on ``samples`` samples.
-
-    Transformers: ``6 N T`` with T = samples x the preset's sequence length
-    (``step_time.transformer_training_flops``, Kaplan et al. 2020); ResNet-50:
-    ``step_time.resnet50_training_flops`` (3 x 2 x 4.09e9 per 224 x 224 image); a module traced
-    by ``dpcost.plan``: its counted FLOPs per sample (``FlopCounterMode``); a custom model: 6 N
-    per sample, as a network that uses each weight once per sample (an MLP) would.
-    """
-    if model.training_flops_per_sample is not None:  # counted on a traced module
-        return model.training_flops_per_sample * samples
-    shape = TRANSFORMER_SHAPES.get(model.name)
-    if shape is not None and MODELS[model.name].parameters == model.parameters:
-        return transformer_training_flops(model.parameters, samples * shape.seq_len)
-    if model.name == "ResNet-50" and MODELS["ResNet-50"].parameters == model.parameters:
-        return resnet50_training_flops(samples)
-    return transformer_training_flops(model.parameters, samples)
-
-
-def peak_flops(gpu, precision: str) -> float:
-    """The GPU's dense peak for the mode's math: bf16 tensor cores for mixed and bf16; plain
-    fp32 for fp32 (PyTorch's matmuls do not use TF32 by default:
-    ``torch.backends.cuda.matmul.allow_tf32`` is False)."""
-    return gpu.peak_flops["fp32" if precision == "fp32" else "bf16"]
-
-
-def _forward_backward(model, samples, gpu, precision, utilisation) -> tuple[float, float]:
-    """(forward, backward) seconds on one GPU: a third and two thirds of ``training_flops``."""
-    seconds = compute_time(training_flops(model, samples), peak_flops(gpu, precision), utilisation)
-    return seconds / 3, 2 * seconds / 3
-
-
-# --- bytes a step moves besides the model ----------------------------------------------------
-
-
-def input_bytes_per_sample(model: ModelPreset, precision: str) -> float:
-    """Bytes of one sample's input, which DataParallel scatters from GPU0: token ids (int64,
-    8 B each) for the transformers, a 3 x 224 x 224 image at the parameters' width for
-    ResNet-50, 0 for a custom model (unknown)."""
-    shape = TRANSFORMER_SHAPES.get(model.name)
-    if shape is not None:
-        return 8.0 * shape.seq_len
-    if model.name == "ResNet-50":
-        return 3 * 224 * 224 * PRECISION_MODES[precision].parameter_bytes
-    return 0.0
-
-
-def buffer_bytes(model: ModelPreset, precision: str) -> float:
-    """Bytes of the buffers DataParallel broadcasts with the parameters: ResNet-50's BatchNorm
-    running statistics (at the parameters' width) and counters (int64); 0 for the others."""
-    if model.name != "ResNet-50":
-        return 0.0
-    counts = resnet50_counts()
-    floats = counts["buffer_elements"] - counts["batchnorm_layers"]
-    return floats * PRECISION_MODES[precision].parameter_bytes + 8.0 * counts["batchnorm_layers"]
-
-
-# --- the scenario -----------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=512)
-def _dp_busy_curve(P, B, G, I, O, batch, gpus_per_node, path):  # noqa: E741 (course symbols)
-    """GPU0's busy bytes for n in CURVE_GPUS up to one node (bytes do not depend on chunking)."""
-    out = []
-    for n in CURVE_GPUS:
-        if n > gpus_per_node:
-            out.append(math.nan)
-            continue
-        k = len(dp_batch_split(batch, n))
-        out.append(_dp_busy_bytes(P, B, G, I, O, k, path))
-    return tuple(out)
-
-
-def _dp_busy_bytes(P, B, G, I, O, k, path) -> float:  # noqa: E741 (course symbols)
-    """GPU0's busy bytes on ``path`` with k GPUs (``dataparallel_traffic.gpu_busy_bytes``).
-
-    Bytes do not depend on how the copies are chunked, only messages do, so the traffic is
-    computed with one chunk per tensor kind (fast for 100 GB models)."""
-    if k <= 1:
-        return 0.0
-    one_chunk = max(P, B, G, 1.0)
-    return gpu_busy_bytes(dp_path_traffic(P, B, G, I, O, k, path=path, chunk_bytes=one_chunk), 0)
-
-
-@lru_cache(maxsize=256)
-def _ddp_curve(G):
-    return tuple(ddp_communication_volume(G, n) for n in CURVE_GPUS)
-
-
-def _memo(function):
-    """``function`` of one bucket size, computed once per distinct size (buckets repeat)."""
-    return lru_cache(maxsize=None)(function)
-
-
-def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
-             gpu, utilisation: float, optimizer: str, batch_size: int,
-             attention: str = "sdpa") -> dict:
-    """Every number the explorer shows, for one setting of the controls.
-
-    ``model`` a ModelPreset, ``intra_link``/``inter_link`` InterconnectPresets (inside a node,
-    between nodes), ``gpu`` a GPUPreset. Returns a dict: bytes per step on the busiest link
-    (``dp`` per path, ``ddp``), the curves over CURVE_GPUS, the modelled steps (``steps``:
-    row name -> dpcost.step_time.StepTime), whether DDP's communication can hide under its
-    backward (``hidden``), memory per GPU (``memory``: strategy -> components) and the fit
-    verdicts against the GPU's capacity (``fits``). DataParallel's entries are None beyond
-    one node (``dp_available`` False).
-    """
+def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
+                gpu, utilisation: float, optimizer: str, batch_size: int,
+                attention: str = defaults.ATTENTION) -> Setting:
+    """The ``dpcost.setting.Setting`` the controls describe, their values checked."""
     if precision not in PRECISION_CHOICES:
         raise ValueError(f"precision must be one of {list(PRECISION_CHOICES)}, got {precision!r}")
     if attention not in ATTENTIONS:
@@ -322,78 +108,77 @@ def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_lin
     b = _check_int("batch_size", batch_size, 1)
     if not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
-    mode = PRECISION_MODES[precision]
-    N = model.parameters
-    P, G = N * mode.parameter_bytes, N * mode.gradient_bytes
-    B = buffer_bytes(model, precision)
-    in_sample = input_bytes_per_sample(model, precision)
-    out_sample = model.output_elements_per_sample * mode.activation_bytes
-    nodes = max(1, n // g)
-    dp_available = n <= g
-    s = {"model_size_bytes": P, "gradient_bytes": G, "num_gpus": n, "gpus_per_node": g,
-         "nodes": nodes, "batch_size": b, "dp_available": dp_available,
-         "capacity_bytes": gpu.memory_bytes, "curve_gpus": CURVE_GPUS,
-         "dp_copy_curve": _dp_busy_curve(P, B, G, in_sample * b, out_sample * b, b, g, "copy"),
-         "dp_nccl_curve": _dp_busy_curve(P, B, G, in_sample * b, out_sample * b, b, g, "nccl"),
-         "ddp_curve": _ddp_curve(G), "ddp_bytes": ddp_communication_volume(G, n)}
+    facts = model if isinstance(model, ModelFacts) else facts_from_preset(model, precision,
+                                                                             attention)
+    return Setting(facts, gpus=n, gpus_per_node=g,
+                   batch=b, gpu=gpu, intra_link=intra_link, inter_link=inter_link,
+                   optimizer=optimizer, utilisation=utilisation)
 
-    # DDP: every rank runs ceil(b/n) samples; buckets all-reduced under backward.
-    per_rank = ddp_samples_per_rank(b, n)
-    fwd, bwd = _forward_backward(model, per_rank, gpu, precision, utilisation)
-    buckets = ddp_buckets(model, precision)
-    beta, alpha = intra_link.bandwidth_bytes_per_s, intra_link.latency_s
+
+@lru_cache(maxsize=512)
+def _curve(facts: ModelFacts, batch: int, gpus_per_node: int, key: str) -> tuple:
+    """Bytes per step against n (CURVE_GPUS): they depend on neither links nor the chosen n."""
+    setting = Setting(facts, gpus=1, gpus_per_node=gpus_per_node, batch=batch)
+    return busiest_bytes_curve(setting, key, CURVE_GPUS)
+
+
+def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
+             gpu, utilisation: float, optimizer: str, batch_size: int,
+             attention: str = defaults.ATTENTION) -> dict:
+    """Every number the explorer shows, for one setting of the controls: a view of
+    ``dpcost.evaluate.evaluate``.
+
+    ``model`` a ModelPreset, ``intra_link``/``inter_link`` InterconnectPresets (inside a node,
+    between nodes), ``gpu`` a GPUPreset. Returns a dict: bytes per step on the busiest link
+    (``dp`` per path, ``ddp``, ``hsdp`` inside and across nodes), the curves over CURVE_GPUS,
+    the modelled steps (``steps``: row name -> dpcost.step_time.StepTime), whether DDP's
+    communication can hide under its backward (``hidden``), memory per GPU (``memory``:
+    strategy -> components) and the fit verdicts against the GPU's capacity (``fits``).
+    DataParallel's entries are None beyond one node (``dp_available`` False). ``result``: the
+    evaluator's Result behind it all.
+    """
+    setting = setting_for(model, precision, num_gpus, gpus_per_node, intra_link, inter_link,
+                          gpu, utilisation, optimizer, batch_size, attention)
+    r = evaluate(setting, keys=VIEWED)
+    n, g = setting.gpus, setting.gpus_per_node
+    dp_available = r["dp_copy"].available
+    curve = (setting.model, setting.batch, g)
+    ddp = r["ddp"]
     steps = {}
-    if n <= g:
-        steps[DDP_RING] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha)
-    else:
-        links = (beta, alpha, inter_link.bandwidth_bytes_per_s, inter_link.latency_s)
-        two_level = _memo(lambda x: hierarchical_allreduce_time(x, g, nodes, *links)["total"])
-        flat = _memo(lambda x: flat_ring_multinode_time(x, g, nodes, *links))
-        steps[DDP_TWO_LEVEL] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha,
-                                             allreduce_time=two_level)
-        steps[DDP_FLAT] = ddp_step_time(fwd, bwd, buckets, n, beta, alpha, allreduce_time=flat)
-    ddp_name = DDP_RING if n <= g else DDP_TWO_LEVEL
-    s["ddp_per_rank_samples"] = per_rank
-    s["ddp_buckets"] = len(buckets)
-    s["ddp_backward_s"] = bwd
-    s["hidden"] = {name: communication_hidden(bwd, st.communication_s)
-                   for name, st in steps.items()}
-
-    # DataParallel, inside one node only: torch.chunk's split, then one replica per chunk.
-    memory = {}
     if dp_available:
-        split = dp_batch_split(b, n)
-        k = len(split)
-        fwd0, bwd0 = _forward_backward(model, split[0], gpu, precision, utilisation)
-        counts = parameter_counts(model)
-        sizes = [c * mode.parameter_bytes for c in counts] if counts else None
-        for name, path in ((DP_COPY, "copy"), (DP_NCCL, "nccl")):
-            steps[name] = dp_step_time(fwd0, bwd0, P, G, k, beta, alpha, path=path,
-                                       buffer_bytes=B, input_bytes=in_sample * b,
-                                       output_bytes=out_sample * b, param_sizes=sizes)
-        s["dp_split"] = split
-        s["dp_gpus_used"] = k
-        s["dp_bytes"] = {path: _dp_busy_bytes(P, B, G, in_sample * b, out_sample * b, k, path)
-                         for path in ("copy", "nccl")}
-        gpu0 = dict(memory_per_gpu(model, k, b, optimizer, precision,
-                                   attention=attention)["dp_gpu0"])
-        # GPU0 runs the first (largest) chunk: whole samples, not the smooth b/k.
-        gpu0["activations"] = activation_bytes_per_sample(model, precision, attention) * split[0]
-        memory["dp_gpu0"] = gpu0
-    else:
-        s["dp_split"], s["dp_gpus_used"], s["dp_bytes"] = None, 0, None
-    s["steps"] = steps
-    s["ddp_name"] = ddp_name
-    # A rank's memory with its ceil(b/n) samples: the smooth model at a batch of n ceil(b/n).
-    padded = per_rank * n
-    memory["ddp"] = memory_per_gpu(model, n, padded, optimizer, precision,
-                                   attention=attention)["ddp_rank"]
-    for strategy in ("zero1", "zero2", "zero3"):
-        memory[strategy] = rank_memory(model, n, padded, strategy, optimizer, precision,
-                                       attention=attention)
-    s["memory"] = memory
-    s["fits"] = fit_verdicts(memory, gpu.memory_bytes)
-    return s
+        steps[DP_COPY], steps[DP_NCCL] = r["dp_copy"].step, r["dp_nccl"].step
+    ddp_name = DDP_RING if n <= g else DDP_TWO_LEVEL
+    steps[ddp_name] = ddp.step
+    if "flat ring" in ddp.alternatives:
+        steps[DDP_FLAT] = ddp.alternatives["flat ring"]
+    steps[HSDP] = r["hsdp"].step
+    hidden = {name: communication_hidden(r.backward_s, st.communication_s)
+              for name, st in steps.items() if name not in (DP_COPY, DP_NCCL, HSDP)}
+    hidden[HSDP] = r["hsdp"].hidden
+    memory = {key: r[key].memory for key in STRATEGY_NAMES
+              if key != "dp_gpu0" and r[key].available}
+    if dp_available:
+        memory = {"dp_gpu0": r["dp_copy"].memory, **memory}
+    return {"model_size_bytes": r.parameter_bytes, "gradient_bytes": r.gradient_bytes,
+            "num_gpus": n, "gpus_per_node": g, "nodes": setting.nodes,
+            "batch_size": setting.batch, "dp_available": dp_available,
+            "capacity_bytes": gpu.memory_bytes, "curve_gpus": CURVE_GPUS,
+            "dp_copy_curve": _curve(*curve, "dp_copy"),
+            "dp_nccl_curve": _curve(*curve, "dp_nccl"),
+            "ddp_curve": _curve(*curve, "ddp"),
+            "ddp_bytes": ddp.busiest_bytes, "ddp_allreduce_bytes": ddp_communication_volume(
+                r.gradient_bytes, n),
+            "hsdp_bytes": {"intra": r["hsdp"].busiest_bytes if n > 1 else 0.0,
+                           "inter": r["hsdp"].inter_node_bytes or 0.0},
+            "ddp_per_rank_samples": r.ddp_samples_per_rank, "ddp_buckets": len(r.buckets),
+            "ddp_backward_s": r.backward_s, "hidden": hidden,
+            "dp_split": list(r.dp_split) if dp_available else None,
+            "dp_gpus_used": len(r.dp_split) if dp_available else 0,
+            "dp_bytes": {"copy": r["dp_copy"].busiest_bytes, "nccl": r["dp_nccl"].busiest_bytes}
+            if dp_available else None,
+            "steps": steps, "ddp_name": ddp_name, "memory": memory,
+            "fits": {key: (r["dp_copy"] if key == "dp_gpu0" else r[key]).fits for key in memory},
+            "result": r}
 
 
 def _samples(k: int) -> str:
@@ -511,6 +296,18 @@ def readout(s: dict, precision: str, intra_link, inter_link, gpu) -> dict:
                        "communication_s": st.communication_s,
                        "backward_s": s["ddp_backward_s"], "buckets": s["ddp_buckets"],
                        "hidden": hidden}})
+    if n > 1:
+        st, hb = steps[HSDP], s["hsdp_bytes"]
+        across = (f", across nodes {format_bytes(hb['inter'], digits=3)}" if hb["inter"] > 0
+                  else "")
+        rows.append({"name": HSDP, "cells": [
+            f"per rank {format_bytes(hb['intra'], digits=3)}{across}",
+            format_seconds(st.total_s), format_seconds(st.exposed_communication_s),
+            f"{'yes' if s['hidden'][HSDP] else 'no'}: all-gathers and reduce-scatters in a "
+            f"node of {min(n, g)}, then the shards all-reduced across {s['nodes']} node(s)"],
+            "values": {"busiest_bytes": hb["intra"], "inter_node_bytes": hb["inter"],
+                       "total_s": st.total_s, "exposed_s": st.exposed_communication_s,
+                       "communication_s": st.communication_s, "hidden": s["hidden"][HSDP]}})
     memory = []
     for key, parts in s["memory"].items():
         total, fit = total_bytes(parts), s["fits"][key]
@@ -735,7 +532,7 @@ def _volume_data(s: dict) -> dict:
         if s["dp_available"]:
             markers += [{"n": n, "bytes": s["dp_bytes"][path], "series": CURVE_NAMES[key]}
                         for key, path in (("dp_copy", "copy"), ("dp_nccl", "nccl"))]
-        markers.append({"n": n, "bytes": s["ddp_bytes"], "series": CURVE_NAMES["ddp"]})
+        markers.append({"n": n, "bytes": s["ddp_allreduce_bytes"], "series": CURVE_NAMES["ddp"]})
     rules = [{"n": s["gpus_per_node"], "what": "one node (DP's limit)"},
              {"n": n, "what": f"the chosen n = {n}"}]
     return {"rows": rows, "markers": markers, "rules": rules, "n": n,
@@ -744,7 +541,8 @@ def _volume_data(s: dict) -> dict:
 
 def _step_data(s: dict) -> dict:
     steps = s["steps"]
-    names = [DP_COPY, DP_NCCL, s["ddp_name"]] + ([DDP_FLAT] if DDP_FLAT in steps else [])
+    names = [DP_COPY, DP_NCCL, s["ddp_name"]] + ([DDP_FLAT] if DDP_FLAT in steps else []) \
+        + [HSDP]
     parts, communication, labels = [], [], []
     for order, name in enumerate(names):
         st = steps.get(name)

@@ -236,7 +236,7 @@ class StepView(_View):
     1, 2 or 5 x 10^k.
     """
 
-    ROWS = ("DP, copy path", "DP, NCCL path", "DDP", "DDP, flat ring")  # top to bottom
+    ROWS = ("DP, copy path", "DP, NCCL path", "DDP", "DDP, flat ring", "HSDP")  # top to bottom
     MAX_BACKGROUNDS = 32  # x limits times the in-node / multi-node row names
 
     def __init__(self):
@@ -244,11 +244,12 @@ class StepView(_View):
         ax = self.ax = self.figure.add_subplot()
         y = list(range(len(self.ROWS)))[::-1]  # the first row on top
         self.y = dict(zip(self.ROWS, y, strict=True))
-        self.compute = ax.barh(y, [0] * 4, height=0.5, color=style.DDP_COLOR, alpha=0.55,
+        rows = len(self.ROWS)
+        self.compute = ax.barh(y, [0] * rows, height=0.5, color=style.DDP_COLOR, alpha=0.55,
                                label="compute (forward, backward)")
-        self.exposed = ax.barh(y, [0] * 4, height=0.5, color=style.DP_COLOR,
+        self.exposed = ax.barh(y, [0] * rows, height=0.5, color=style.DP_COLOR,
                                label="exposed communication")
-        self.comm = ax.barh([v - 0.36 for v in y], [0] * 4, height=0.14, color="0.35",
+        self.comm = ax.barh([v - 0.36 for v in y], [0] * rows, height=0.14, color="0.35",
                             label="all communication (hidden or not)")
         self.labels = [ax.text(0, v, "", va="center", ha="left", fontsize=10) for v in y]
         self.dynamic = [*self.compute.patches, *self.exposed.patches, *self.comm.patches,
@@ -268,7 +269,7 @@ class StepView(_View):
     def update(self, steps: dict, dp_available: bool, n: int) -> None:
         """Draw ``steps`` (row name -> dpcost.step_time.StepTime); DP rows empty beyond a node."""
         ddp_name = next(name for name in steps if name.startswith("DDP")) if steps else "DDP"
-        names = ["DP, copy path", "DP, NCCL path", ddp_name, "DDP, flat ring"]
+        names = ["DP, copy path", "DP, NCCL path", ddp_name, "DDP, flat ring", "HSDP"]
         self._row_names = [name if i < 3 or name in steps else "" for i, name in enumerate(names)]
         self._steps = {}
         longest = max((st.total_s for st in steps.values()), default=0.0)
@@ -322,8 +323,8 @@ class MemoryView(_View):
     changes.
     """
 
-    GPUS = ("dp_gpu0", "ddp", "zero1", "zero2", "zero3")  # keys of the explorer's memory dict
-    LABELS = ("DP\nGPU0", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+    GPUS = ("dp_gpu0", "ddp", "zero1", "zero2", "zero3", "hsdp")  # the explorer's memory keys
+    LABELS = ("DP\nGPU0", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "HSDP")
 
     def __init__(self):
         super().__init__()
@@ -338,7 +339,7 @@ class MemoryView(_View):
         self.dynamic = [p for bars in self.bars.values() for p in bars.patches]
         self.dynamic += [self.capacity, *self.totals]
         ax.set_xticks(x, self.LABELS, fontsize=11)
-        ax.set_xlim(-0.5, 7.3)  # room on the right for the legend
+        ax.set_xlim(-0.5, 8.3)  # room on the right for the legend
         ax.yaxis.set_major_formatter(FuncFormatter(_bytes_tick))
         ax.set_ylabel("bytes per GPU (decimal)")
         ax.set_title("Memory per GPU: fits (✓) or not (✗)")

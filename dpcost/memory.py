@@ -75,6 +75,7 @@ from dpcost.presets import (
     resnet50_activation_bytes_per_sample,
     resnet50_maxpool_index_bytes,
 )
+from dpcost.registry import BY_KEY, MODEL_STATES
 
 __all__ = [
     "PrecisionMode",
@@ -158,11 +159,10 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 
 COMPONENTS = ("parameters", "gradients", "optimizer state", "DDP bucket copy",
               "DP reduce buffer", "activations", "outputs", "loss and output grads")
-MODEL_STATE_COMPONENTS = ("parameters", "gradients", "optimizer state")
-# What each strategy divides among the n ranks (ZeRO paper Sec. 5: P_os, P_os+g, P_os+g+p).
-SHARDED_COMPONENTS = {"ddp": (), "zero1": ("optimizer state",),
-                      "zero2": ("gradients", "optimizer state"),
-                      "zero3": MODEL_STATE_COMPONENTS}
+MODEL_STATE_COMPONENTS = MODEL_STATES
+# What each strategy divides among the n ranks (ZeRO paper Sec. 5: P_os, P_os+g, P_os+g+p):
+# the strategy registry's entries.
+SHARDED_COMPONENTS = {key: BY_KEY[key].sharded for key in STRATEGIES}
 
 
 # --- input checks ---------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dpcost import registry
 from dpcost.core import (
     check_choice,
     check_int,
@@ -569,8 +570,7 @@ def fsdp_local_numel(shapes, num_gpus, rank: int) -> int:
 
 # --- the ladder -------------------------------------------------------------------------------
 
-LADDER = ("DP (copy path)", "DP (NCCL path)", "DDP", "+ accumulation", "+ bf16 hook",
-          "PowerSGD", "ZeRO-1", "FSDP no reshard", "FSDP full sharding")
+LADDER = tuple(entry.ladder for entry in registry.ladder())
 
 
 def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: int = 4,

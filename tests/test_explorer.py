@@ -21,9 +21,11 @@ from dpcost.dataparallel_traffic import (
     gpu_busy_bytes,
     resnet50_ready_order_bytes,
 )
+from dpcost.evaluate import dp_batch_split
 from dpcost.explorer import Explorer, parse_parameter_count
 from dpcost.memory import fits, memory_per_gpu, rank_memory, total_bytes
 from dpcost.presets import GPUS, INTERCONNECTS, MODELS, custom_model
+from dpcost.setting import facts_from_preset
 from dpcost.step_time import (
     communication_hidden,
     ddp_step_time,
@@ -138,9 +140,9 @@ def test_defaults_are_a_real_case_gpt2_xl_on_8_h100_in_one_node(explorer):
 
 @pytest.mark.parametrize("name", [m for m in MODELS])
 def test_parameter_tensors_add_up_to_each_presets_exact_count(name):
-    counts = X.parameter_counts(MODELS[name])
+    counts = facts_from_preset(MODELS[name]).tensor_elements
     assert sum(counts) == MODELS[name].parameters
-    assert X.parameter_counts(custom_model(123)) is None
+    assert facts_from_preset(custom_model(123)).tensor_elements is None
 
 
 @pytest.mark.parametrize("b,n,split", [
@@ -148,7 +150,7 @@ def test_parameter_tensors_add_up_to_each_presets_exact_count(name):
     (17, 8, [3, 3, 3, 3, 3, 2]), (3, 8, [1, 1, 1]), (1, 4, [1]), (7, 1, [7])])
 def test_dp_batch_split_is_torch_chunk(b, n, split):
     torch = pytest.importorskip("torch")
-    assert X.dp_batch_split(b, n) == split
+    assert dp_batch_split(b, n) == split
     # comm.cpp: scatter cuts the batch with tensor.chunk(n): the same sizes.
     assert [len(c) for c in torch.arange(b).chunk(n)] == split
 
@@ -244,11 +246,12 @@ def test_step_time_and_exposed_communication_equal_the_models_functions(explorer
     model, n, b = MODELS["GPT-2 XL"], 8, 8
     link = INTERCONNECTS["NVLink 3 (A100)"]
     fwd, bwd = _compute(model, 1, A100, "mixed", 0.5)
-    ready = [c * 2 for c in reversed(X.parameter_counts(model))]
+    counts = facts_from_preset(model).tensor_elements
+    ready = [c * 2 for c in reversed(counts)]
     buckets = ddp_buckets_from_sizes(ready)
     ddp = ddp_step_time(fwd, bwd, buckets, n, link.bandwidth_bytes_per_s, link.latency_s)
     P = model.parameters * 2
-    sizes = [c * 2 for c in X.parameter_counts(model)]
+    sizes = [c * 2 for c in counts]
     dp = {path: dp_step_time(fwd, bwd, P, P, n, link.bandwidth_bytes_per_s, link.latency_s,
                              path=path, input_bytes=8 * 1024 * b,
                              output_bytes=1024 * 50_257 * 2 * b, param_sizes=sizes)
@@ -354,10 +357,6 @@ def test_bad_input_names_the_parameter():
             X.scenario(**{**good, key: bad})
     with pytest.raises(ValueError, match="attention"):
         X.scenario(**good, attention="flash")
-    with pytest.raises(TypeError, match="batch_size"):
-        X.dp_batch_split(2.5, 8)
-    with pytest.raises(ValueError, match="num_gpus"):
-        X.ddp_samples_per_rank(8, 0)
 
 
 def test_one_gpu_has_nothing_to_communicate(explorer):

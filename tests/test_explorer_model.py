@@ -31,7 +31,7 @@ def test_explore_is_json_and_its_readout_holds_the_scenarios_numbers():
     assert result["ok"] and result["errors"] == {} and result["hash"] == ""
     s = _scenario()
     rows = {row["name"]: row for row in result["readout"]["rows"]}
-    assert list(rows) == [X.DP_COPY, X.DP_NCCL, X.DDP_RING]
+    assert list(rows) == [X.DP_COPY, X.DP_NCCL, X.DDP_RING, X.HSDP]
     for name, path in ((X.DP_COPY, "copy"), (X.DP_NCCL, "nccl")):
         st, values = s["steps"][name], rows[name]["values"]
         assert values["busiest_bytes"] == s["dp_bytes"][path]
@@ -57,9 +57,10 @@ def test_the_figures_data_are_the_scenarios_curves_steps_and_memory():
     assert ddp_rows == [(n, v) for n, v in zip(X.CURVE_GPUS, s["ddp_curve"], strict=True) if v > 0]
     dp_ns = {r["n"] for r in volume["rows"] if r["series"] != X.CURVE_NAMES["ddp"]}
     assert max(dp_ns) == 8  # DataParallel's curves stop at one node
-    assert volume["markers"] == [{"n": 64, "bytes": s["ddp_bytes"], "series": X.CURVE_NAMES["ddp"]}]
+    assert volume["markers"] == [{"n": 64, "bytes": s["ddp_allreduce_bytes"],
+                                  "series": X.CURVE_NAMES["ddp"]}]
     steps = result["steps"]
-    assert steps["rows"] == [X.DP_COPY, X.DP_NCCL, X.DDP_TWO_LEVEL, X.DDP_FLAT]
+    assert steps["rows"] == [X.DP_COPY, X.DP_NCCL, X.DDP_TWO_LEVEL, X.DDP_FLAT, X.HSDP]
     labels = {label["row"]: label["label"] for label in steps["labels"]}
     assert labels[X.DP_COPY] == f" {X.CANNOT_SPAN}"
     assert labels[X.DDP_FLAT] == f" {format_seconds(s['steps'][X.DDP_FLAT].total_s)}"

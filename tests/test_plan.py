@@ -10,11 +10,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dpcost.evaluate import ddp_buckets
 from dpcost.memory import model_state_bytes_per_parameter
 from dpcost.plan import PlanError, plan
 from dpcost.plan.__main__ import DESCRIPTION, main
 from dpcost.plan.build import build_module
-from dpcost.plan.costs import ddp_buckets
 from dpcost.plan.trace import trace_step
 from dpcost.presets import MODELS
 from dpcost.torch_models import GPT2, GPT2_CONFIGS, PRESET_BUILDERS, GPT2Block, GPT2Config
@@ -119,11 +119,12 @@ def test_an_explicit_bucket_cap_sets_both_caps_and_find_unused_never_rebuilds():
 
 
 def test_ddp_buckets_group_each_dtype_apart():
-    from dpcost.plan.costs import ModuleFacts
+    from dpcost.setting import ModelFacts, Setting
 
-    facts = ModuleFacts("x", ["a", "b", "c"], [10, 10, 10], ["float32", "bfloat16", "float32"],
-                        [40, 20, 40], 0, 0, [], [2, 1, 0], 1.0, 1.0, 0.0, 1, 0, 0.0, 1, 4.0)
-    buckets = ddp_buckets(facts)
+    facts = ModelFacts("x", "fp32", "sdpa", 30, (40, 20, 40), (10, 10, 10),
+                       ("float32", "bfloat16", "float32"), (2, 1, 0), 0, 0.0, (), 1, 1.0, 1.0,
+                       0.0, 0.0, 1, 4.0)
+    buckets = ddp_buckets(Setting(facts))
     assert sorted(map(sorted, buckets["construction"])) == [[0, 2], [1]]
     assert sorted(map(sorted, buckets["rebuilt"])) == [[0, 2], [1]]
 
@@ -141,7 +142,7 @@ def test_llama_2_7b_on_8_gpus_needs_sharding_and_says_which():
 def test_beyond_one_node_dataparallel_is_not_offered():
     result = plan("dpcost.torch_models:small_cnn", gpus=16, input_shape="8,3,32,32")
     assert not result["dp_available"] and "dp_gpu0" not in result["memory"]
-    assert set(result["steps"]) == {"ddp"} and result["nodes"] == 2
+    assert set(result["steps"]) == {"ddp", "hsdp"} and result["nodes"] == 2
 
 
 def test_cli_json_is_valid_and_the_table_reads(capsys):
@@ -214,12 +215,16 @@ def test_plan_error_names_the_parameter():
 
 
 def test_fsdp_holds_zero3s_shards_which_strategies_fsdp_accounts_for():
+    from dpcost.strategies import fsdp
+
     result = plan("dpcost.torch_models:small_cnn", gpus=4, precision="mixed",
                   input_shape="8,3,32,32")
     zero3 = result["memory"]["zero3"]
     assert result["memory"]["fsdp"] == zero3
     states = zero3["parameters"] + zero3["gradients"] + zero3["optimizer state"]
-    assert states == pytest.approx(result["fsdp_state_bytes"], rel=1e-12)
+    expected = fsdp(result["gradient_bytes"], 4, num_params=result["trainable_parameters"],
+                    precision="mixed").peak_state_bytes
+    assert states == pytest.approx(expected, rel=1e-12)
 
 
 def test_the_plot_is_drawn_with_units(tmp_path):

@@ -36,16 +36,19 @@ def test_your_module_has_ddps_real_buckets_and_its_counted_flops():
     """The explorer's DDP buckets are the plan's (DDP's rebuilt assignment over the module's
     own gradients in ready order), and its compute is the plan's counted FLOPs, not a custom
     model's 6 N per sample. Checked against the plan for two modules, one with tied weights."""
+    from dpcost.evaluate import ddp_buckets
     from dpcost.explorer import planned_model
-    from dpcost.explorer_model import ddp_buckets, parameter_counts, training_flops
+    from dpcost.setting import Setting
 
     for spec, per_sample, plan_input in (
             ("dpcost.torch_models:small_cnn", "3,32,32", {"input_shape": "1,3,32,32"}),
             ("dpcost.torch_models:tied_lm", "tokens 16", {"batch": 1, "seq": 16})):
         planned = plan(spec, gpus=1, precision="fp32", **plan_input)
-        model = planned_model(spec, per_sample)
-        assert ddp_buckets(model, "fp32") == planned["buckets"]["rebuilt_bytes"], spec
-        assert sum(parameter_counts(model)) == planned["trainable_parameters"], spec
+        facts = planned_model(spec, per_sample)
+        buckets = ddp_buckets(Setting(facts))
+        assert buckets["rebuilt_bytes"] == planned["buckets"]["rebuilt_bytes"], spec
+        assert facts.parameters == sum(facts.tensor_elements) \
+            == planned["trainable_parameters"], spec
         flops = planned["flops"]["forward"] + planned["flops"]["backward"]
-        assert training_flops(model, 32) == 32 * flops, spec
+        assert facts.per(facts.forward_flops + facts.backward_flops, 32) == 32 * flops, spec
         assert flops != 6 * planned["trainable_parameters"], spec  # not the custom rule

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import time
 
+from dpcost import defaults
 from dpcost.memory import TRAINING_PRECISIONS
 from dpcost.plan.build import PlanError, build_module, example_input
-from dpcost.plan.costs import (
-    ModuleFacts,
-    Settings,
-    costs,
-    smallest_gpus_that_fit,
-)
+from dpcost.plan.costs import Settings, costs, gpus_that_fit
+from dpcost.setting import ModelFacts
 
-__all__ = ["plan", "PlanError", "PRECISIONS", "OPTIMIZERS", "GPU_NAMES", "recommendation",
-           "module_facts"]
+__all__ = ["plan", "traced_facts", "PlanError", "PRECISIONS", "OPTIMIZERS", "GPU_NAMES",
+           "recommendation", "module_facts"]
 
 PRECISIONS = TRAINING_PRECISIONS
 # The command line's names -> dpcost.memory's.
@@ -76,8 +73,10 @@ def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
                     find_unused_parameters, gradient_as_bucket_view, float(utilisation))
 
 
-def module_facts(module, example, name: str, notes: dict | None = None):
-    """Trace ``module`` on ``example`` once and collect what ``costs`` needs (ModuleFacts)."""
+def module_facts(module, example, name: str, notes: dict | None = None,
+                 precision: str = defaults.PRECISION) -> ModelFacts:
+    """Trace ``module`` on ``example`` once into the evaluator's ``ModelFacts`` (the
+    tensors of ``example``'s batch, at ``precision``)."""
     from dpcost.plan.trace import ATTENTION_NOTE, ddp_parameters, trace_step
 
     try:
@@ -100,38 +99,95 @@ def module_facts(module, example, name: str, notes: dict | None = None):
     if len(traced.ready_order) < len(params):
         notes["unused"] = (f"{len(params) - len(traced.ready_order)} trainable parameter(s) "
                            "got no gradient: DDP needs find_unused_parameters=True")
-    return ModuleFacts(
-        name=name,
-        param_names=[n for n, _ in params],
-        param_numel=[p.numel() for _, p in params],
-        param_dtype=[str(p.dtype).removeprefix("torch.") for _, p in params],
-        param_bytes=[p.numel() * p.element_size() for _, p in params],
+    forward, backward = float(traced.forward_flops), float(traced.backward_flops)
+    if forward + backward <= 0:  # e.g. no matmul FlopCounterMode counts: 6 N per token
+        from dpcost.step_time import transformer_training_flops
+
+        total = transformer_training_flops(sum(p.numel() for _, p in params),
+                                           batch * (tokens or 1))
+        forward, backward = total / 3, 2 * total / 3
+        notes["flops"] = (f"6 N x {'tokens' if tokens else 'samples'} (FlopCounterMode found "
+                          "no FLOPs)")
+    dtypes = [str(p.dtype).removeprefix("torch.") for _, p in params]
+    return ModelFacts(
+        name=name, precision=precision, attention=defaults.ATTENTION,
+        parameters=sum(p.numel() for _, p in params),
+        tensor_bytes=tuple(p.numel() * p.element_size() for _, p in params),
+        tensor_elements=tuple(p.numel() for _, p in params), tensor_dtypes=tuple(dtypes),
+        ready_order=tuple(traced.ready_order),
         frozen_elements=sum(p.numel() for p in frozen),
-        frozen_bytes=sum(p.numel() * p.element_size() for p in frozen),
-        buffer_bytes=[b.numel() * b.element_size() for b in module.buffers()],
-        ready_order=list(traced.ready_order),
-        forward_flops=float(traced.forward_flops), backward_flops=float(traced.backward_flops),
-        saved_bytes=float(traced.saved_bytes), batch=int(batch), tokens_per_sample=int(tokens),
+        frozen_bytes=float(sum(p.numel() * p.element_size() for p in frozen)),
+        buffer_bytes=tuple(b.numel() * b.element_size() for b in module.buffers()),
+        batch=int(batch), forward_flops=forward, backward_flops=backward,
+        activation_bytes=float(traced.saved_bytes),
         input_bytes=float(example.numel() * example.element_size()),
         output_elements=traced.output_elements, output_bytes=float(traced.output_bytes),
-        notes=notes)
+        tokens_per_sample=int(tokens), tensor_names=tuple(n for n, _ in params),
+        source=notes.get("built", ""), notes=notes)
 
 
-def plan(model, gpus: int = 8, gpus_per_node: int = 8, gpu: str = "H100",
-         precision: str = "mixed", optimizer: str = "adam", bucket_cap_mb=None,
-         input_shape=None, batch=None, seq=None, find_unused_parameters: bool = False,
-         gradient_as_bucket_view: bool = False, utilisation: float = 0.4) -> dict:
+def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PER_NODE,
+         gpu: str = "H100", precision: str = defaults.PRECISION,
+         optimizer: str = defaults.OPTIMIZER, bucket_cap_mb=None, input_shape=None, batch=None,
+         seq=None, find_unused_parameters: bool = False, gradient_as_bucket_view: bool = False,
+         utilisation: float = defaults.UTILISATION) -> dict:
     """The plan for ``model``: a preset name, ``"package.module:callable"`` (built on meta, CPU
-    fallback), or an ``nn.Module`` (planned on its own device). The input is the per-GPU batch:
-    ``input_shape`` (one float input, batch first), or ``batch`` x ``seq`` tokens, or a
-    preset's own input at ``batch`` samples (default 1). Returns a dict of plain values
-    (``report.to_json`` writes it); raises PlanError naming the bad parameter.
+    fallback), an ``nn.Module`` (planned on its own device), or ``ModelFacts`` already known
+    (a preset's, ``dpcost.setting.preset_facts``: nothing is traced, and ``batch`` samples per
+    GPU scale its per-sample figures). The input is the per-GPU batch: ``input_shape`` (one
+    float input, batch first), or ``batch`` x ``seq`` tokens, or a preset's own input at
+    ``batch`` samples (default 1). Returns a dict of plain values (``report.to_json`` writes
+    it); raises PlanError naming the bad parameter.
     """
-    import torch
-
     started = time.perf_counter()
     settings = _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
                          find_unused_parameters, gradient_as_bucket_view, utilisation)
+    if isinstance(model, ModelFacts):
+        if model.precision != precision:
+            raise PlanError("--precision", f"the model facts are for {model.precision}, got "
+                            f"{precision!r}")
+        facts = _scaled(model, _count("--batch", 1 if batch is None else batch))
+        built_name, built_on = facts.name, "nothing (model facts given)"
+    else:
+        facts, built_name, built_on = traced_facts(model, precision, input_shape, batch, seq)
+    result = costs(facts, settings)
+    result.update({
+        "model": built_name, "built_on": built_on, "notes": facts.notes,
+        "settings": {"gpus": settings.gpus, "gpus_per_node": settings.gpus_per_node,
+                     "gpu": settings.gpu.name, "precision": precision, "optimizer": optimizer,
+                     "bucket_cap_mb": bucket_cap_mb, "batch_per_gpu": facts.batch,
+                     "find_unused_parameters": find_unused_parameters,
+                     "gradient_as_bucket_view": gradient_as_bucket_view,
+                     "utilisation": settings.utilisation},
+        "param_names": list(facts.tensor_names or ()),
+        "param_bytes": list(facts.tensor_bytes or ()),
+        "ready_order": list(facts.ready_order or ()),
+        "activation_bytes": facts.activation_bytes,
+        "output_elements_per_sample": facts.output_elements // facts.batch,
+    })
+    result["recommendation"] = recommendation(result, facts, settings)
+    result["plan_s"] = time.perf_counter() - started
+    return result
+
+
+def _scaled(facts: ModelFacts, batch: int) -> ModelFacts:
+    """``facts`` for ``batch`` samples (its figures are linear in the samples)."""
+    from dataclasses import replace
+
+    return replace(facts, batch=batch, **{name: facts.per(getattr(facts, name), batch)
+                                          for name in ("forward_flops", "backward_flops",
+                                                       "activation_bytes", "input_bytes",
+                                                       "output_bytes")},
+                   output_elements=facts.output_elements * batch // facts.batch,
+                   notes={**facts.notes, "built": facts.source or "model facts",
+                          "input": f"{batch} sample(s) per GPU",
+                          "activations": "the preset's formula (dpcost.memory)"})
+
+
+def traced_facts(model, precision, input_shape, batch, seq):
+    """(ModelFacts, name, where it was built) from one traced step of ``model``."""
+    import torch
+
     if isinstance(model, torch.nn.Module):
         from dpcost.plan.build import BuiltModule
 
@@ -154,24 +210,8 @@ def plan(model, gpus: int = 8, gpus_per_node: int = 8, gpu: str = "H100",
             module = copy.deepcopy(module)
         module = module.to(dtype)
     facts = module_facts(module, example, built.name,
-                         {"built": built.note, "input": input_note})
-    result = costs(facts, settings)
-    result.update({
-        "model": built.name, "built_on": built.device, "notes": facts.notes,
-        "settings": {"gpus": settings.gpus, "gpus_per_node": settings.gpus_per_node,
-                     "gpu": settings.gpu.name, "precision": precision, "optimizer": optimizer,
-                     "bucket_cap_mb": bucket_cap_mb, "batch_per_gpu": facts.batch,
-                     "find_unused_parameters": find_unused_parameters,
-                     "gradient_as_bucket_view": gradient_as_bucket_view,
-                     "utilisation": settings.utilisation},
-        "param_names": facts.param_names, "param_bytes": facts.param_bytes,
-        "ready_order": facts.ready_order,
-        "activation_bytes": facts.saved_bytes,
-        "output_elements_per_sample": facts.output_elements // facts.batch,
-    })
-    result["recommendation"] = recommendation(result, facts, settings)
-    result["plan_s"] = time.perf_counter() - started
-    return result
+                         {"built": built.note, "input": input_note}, precision)
+    return facts, built.name, built.device
 
 
 def _gb(x: float) -> str:
@@ -180,7 +220,7 @@ def _gb(x: float) -> str:
     return format_bytes(x, digits=3)
 
 
-def recommendation(r: dict, facts: ModuleFacts, settings: Settings) -> str:
+def recommendation(r: dict, facts: ModelFacts, settings: Settings) -> str:
     """One paragraph that follows from the numbers: which strategy, and when the answer would
     change (the batch from which DDP hides its all-reduces, the GPUs sharding needs)."""
     from dpcost.units import format_seconds
@@ -223,10 +263,10 @@ def recommendation(r: dict, facts: ModuleFacts, settings: Settings) -> str:
         if order:
             text.append(f"Use {names[order[0]]}: {_gb(totals[order[0]])} per GPU on {n} GPUs.")
         else:
-            need = smallest_gpus_that_fit(facts, settings, "zero3")
+            need = gpus_that_fit(facts, settings, "zero3")
             if need is None:
                 text.append(f"Not even FSDP with full sharding fits at {b} sample(s) per GPU: "
-                            f"the activations alone take {_gb(facts.saved_bytes)}; lower the "
+                            f"the activations alone take {_gb(facts.activation_bytes)}; lower the "
                             "batch or recompute activations (checkpointing).")
             else:
                 text.append(f"Not even FSDP with full sharding fits on {n} GPUs "

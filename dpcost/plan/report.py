@@ -6,12 +6,13 @@ import json
 
 from dpcost.memory import COMPONENTS
 from dpcost.plan.costs import STRATEGY_NAMES
+from dpcost.registry import BY_KEY
 from dpcost.units import format_bytes, format_seconds
 
 __all__ = ["format_table", "to_json", "plot", "plot_step_ratios"]
 
 TRAFFIC_NAMES = {"dp_copy": "DP, copy path (GPU0)", "dp_nccl": "DP, NCCL path (GPU0)",
-                 "ddp": "DDP rank"}
+                 "ddp": "DDP rank", "hsdp": "HSDP rank"}
 
 
 def _b(x) -> str:
@@ -91,12 +92,14 @@ def plot(r: dict, path=None):
         matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    from dpcost.plots.style import COMPONENT_COLORS
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.8, 5.4))
     names = [TRAFFIC_NAMES[k] for k in r["traffic"]]
     busy = [t["busy_bytes"] for t in r["traffic"].values()]
     divisor, unit = _unit(max(busy))
     values = [v / divisor for v in busy]
-    bars = left.bar(names, values, color=["#c44e52", "#dd8452", "#4c72b0"][-len(values):])
+    bars = left.bar(names, values, color=[BY_KEY[k].color for k in r["traffic"]])
     left.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=11)
     left.set_ylabel(f"bytes per step on the busiest link ({unit})", fontsize=12)
     left.set_title(f"{r['model']}: traffic per step, {r['settings']['gpus']} GPUs", fontsize=13)
@@ -110,7 +113,8 @@ def plot(r: dict, path=None):
     for component in COMPONENTS:
         heights = [r["memory"][k][component] / divisor for k in keys]
         if any(heights):
-            right.bar([STRATEGY_NAMES[k] for k in keys], heights, bottom=bottom, label=component)
+            right.bar([STRATEGY_NAMES[k] for k in keys], heights, bottom=bottom, label=component,
+                      color=COMPONENT_COLORS[component])
             bottom = [a + h for a, h in zip(bottom, heights, strict=True)]
     gpu = f"{r['settings']['gpu']} ({capacity / 1e9:.0f} GB)"
     if on_scale:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import matplotlib as mpl
 
-DP_COLOR = "#c0392b"  # DataParallel: red throughout the course
-DDP_COLOR = "#2471a3"  # DistributedDataParallel: blue throughout the course
-DP_NCCL_COLOR = "#e59866"  # DataParallel's NCCL path (the pipelined chain): light orange
+from dpcost.registry import DDP_COLOR, DP_COLOR, DP_NCCL_COLOR  # noqa: F401 (the strategies')
 
 # Memory components, bottom to top, one colour each in every figure: lesson 04's bars and the
 # explorer's memory view (dpcost.memory's keys, in its order).
