@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpcost import defaults
 from dpcost.core import check_choice, check_int, check_num_gpus, check_real
 from dpcost.presets import (
     MODELS,
@@ -144,12 +145,10 @@ PRECISIONS = tuple(PRECISION_MODES)
 # What the course trains in and offers as a choice (the explorer's control, the planner's
 # --precision): pure fp16 stays for dtype lookups only, since it trains without loss scaling.
 TRAINING_PRECISIONS = tuple(p for p in PRECISION_MODES if p != "fp16")
-# The course's default precision, for every function that takes one (memory, strategies,
-# plots): fp32, because it is what PyTorch trains in when nothing else is asked for
-# (torch.get_default_dtype() is float32; torch.optim.Adam then keeps fp32 moments) and what
-# every measurement of the course runs (gloo, CPU, fp32). Mixed precision, the large models'
-# layout (ZeRO paper Sec. 3.1), is always asked for by name.
-DEFAULT_PRECISION = "fp32"
+# The course's default precision and attention (dpcost.defaults): mixed precision, the large
+# models' layout (ZeRO paper Sec. 3.1), and SDPA. What the course measures on a CPU (gloo,
+# fp32, eager or SDPA as the module runs) asks for its precision by name.
+DEFAULT_PRECISION = defaults.PRECISION
 
 # Moments per parameter: SGD none, momentum one buffer, Adam two (exp_avg, exp_avg_sq).
 _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
@@ -256,7 +255,7 @@ def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = 
 
 def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, batch: int = 1,
                                        precision: str = DEFAULT_PRECISION,
-                                       attention: str = "eager") -> dict[str, float]:
+                                       attention: str = defaults.ATTENTION) -> dict[str, float]:
     """Bytes one transformer layer keeps for backward, in three parts.
 
     Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
@@ -296,7 +295,7 @@ def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, ba
 
 def transformer_layer_activation_bytes(seq_len: int, hidden: int, heads: int, batch: int = 1,
                                        precision: str = DEFAULT_PRECISION,
-                                       attention: str = "eager") -> float:
+                                       attention: str = defaults.ATTENTION) -> float:
     """Sum of ``transformer_layer_activation_parts``: bytes per layer kept for backward.
 
     mixed/bf16 eager: s b h (34 + 5 a s / h); fp32 eager: s b h (66 + 9 a s / h); sdpa:
@@ -330,7 +329,7 @@ def _shape_of(model: ModelPreset):
 
 
 def activation_bytes_per_sample(model: ModelPreset, precision: str = DEFAULT_PRECISION,
-                                attention: str = "eager") -> float:
+                                attention: str = defaults.ATTENTION) -> float:
     """Bytes of activations one sample keeps for backward under ``precision`` and ``attention``.
 
     - the transformer presets (``TRANSFORMER_SHAPES``): L x ``transformer_layer_activation_bytes``
@@ -358,14 +357,14 @@ def activation_bytes_per_sample(model: ModelPreset, precision: str = DEFAULT_PRE
 
 
 def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer: str = "adam",
-                   precision: str | None = None, *, attention: str = "eager",
+                   precision: str | None = None, *, attention: str = defaults.ATTENTION,
                    gradient_as_bucket_view: bool = False,
                    dtype: str | None = None) -> dict[str, dict[str, float]]:
     """Bytes held during one training step, per GPU and per component.
 
     Returns {"dp_gpu0": {...}, "dp_other": {...}, "ddp_rank": {...}}, each a dict component ->
     bytes with exactly the keys of ``COMPONENTS`` in that order (0.0 where a GPU holds none).
-    ``precision`` is one of ``PRECISION_MODES`` (default ``DEFAULT_PRECISION``, fp32);
+    ``precision`` is one of ``PRECISION_MODES`` (default: the course's, mixed);
     ``dtype`` is its former name, kept for callers (its fp32/bf16/fp16 are the pure modes).
     ``batch_size`` is the global batch b: DP scatters b/n samples to each GPU, each DDP rank
     holds b/n (a fraction when n does not divide b: a smooth model). With p, g, k bytes per
@@ -423,7 +422,7 @@ def total_bytes(components: dict[str, float]) -> float:
 
 def gpu0_memory_ratio(model: ModelPreset, num_gpus: int, batch_size: int,
                       optimizer: str = "adam", precision: str | None = None, *,
-                      attention: str = "eager", gradient_as_bucket_view: bool = False,
+                      attention: str = defaults.ATTENTION, gradient_as_bucket_view: bool = False,
                       dtype: str | None = None) -> float:
     """total(DP GPU0) / total(DDP rank), dimensionless.
 
@@ -467,7 +466,7 @@ def dp_reduce_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
 
 def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: str = "ddp",
                 optimizer: str = "adam", precision: str = DEFAULT_PRECISION, *,
-                attention: str = "eager",
+                attention: str = defaults.ATTENTION,
                 gradient_as_bucket_view: bool = False) -> dict[str, float]:
     """Bytes one data-parallel rank holds under ``strategy``, with ``COMPONENTS``' keys.
 
@@ -543,7 +542,7 @@ _GPU_NAMES = {"dp_gpu0": "DP GPU0", "dp_other": "DP other", "ddp_rank": "DDP ran
 
 def format_memory_table(model: ModelPreset, configs, optimizer: str = "adam",
                         precision: str | None = None, unit: str = "GB", *,
-                        attention: str = "eager", dtype: str | None = None) -> str:
+                        attention: str = defaults.ATTENTION, dtype: str | None = None) -> str:
     """A text table of ``memory_per_gpu`` in ``unit`` ("GB" or "MB", decimal), one row per GPU
     per (n, batch) in ``configs``.
 
@@ -557,7 +556,8 @@ def format_memory_table(model: ModelPreset, configs, optimizer: str = "adam",
     scale = scales[unit]
     header = (f"{'n':>3} {'batch':>6}  {'GPU':<9}"
               + "".join(f"{_SHORT_NAMES[c]:>10}" for c in COMPONENTS) + f"{'total':>10}  ratio")
-    lines = [f"{model.name}, {mode}, {optimizer}, {attention} attention: {unit} (decimal) held "
+    named = f", {attention} attention" if model.kind == "language" else ""  # a CNN has none
+    lines = [f"{model.name}, {mode}, {optimizer}{named}: {unit} (decimal) held "
              "per GPU during one step", header, "-" * len(header)]
     for n, batch in configs:
         memory = memory_per_gpu(model, n, batch, optimizer, mode, attention=attention)

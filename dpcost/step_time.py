@@ -30,6 +30,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dpcost import defaults
 from dpcost.core import check_int, check_num_gpus, check_real
 
 __all__ = [
@@ -247,7 +248,7 @@ def resnet50_training_flops(images, image_size: int = 224) -> float:
     return 3 * 2 * resnet50_forward_macs_per_image(int(image_size)) * _real(images, "images")
 
 
-def compute_time(flops, peak_flops_per_s, utilisation=0.4) -> float:
+def compute_time(flops, peak_flops_per_s, utilisation=defaults.UTILISATION) -> float:
     """Seconds for ``flops`` at ``peak_flops_per_s x utilisation``.
 
     ``utilisation`` (0 < u <= 1) is the fraction of the datasheet's dense peak a training step

@@ -148,7 +148,7 @@ def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes=None,
 
     stage 0: (p + g + K) Psi; 1: (p + g) Psi + K Psi / n; 2: p Psi + (g + K) Psi / n;
     3: (p + g + K) Psi / n (``dpcost.memory.shard_model_states``). p, g, K default to
-    ``bytes_per_parameter()``: the course's default precision (fp32) with Adam, 4, 4, 8.
+    ``bytes_per_parameter()``: the course's default precision (mixed) with Adam, 2, 2, 12.
     Stage 3 is FSDP full sharding between steps; during a layer's forward or backward it also
     holds that layer's gathered parameters (and gradients), not counted here.
     """

@@ -74,7 +74,7 @@ def test_small_case_by_hand_fp32():
         KEYS, [4000.0, 4000.0, 0.0, 0.0, 0.0, 800.0, 80.0, 80.0], strict=True))
     assert list(mem["ddp_rank"].items()) == list(zip(
         KEYS, [4000.0, 4000.0, 8000.0, 4000.0, 0.0, 800.0, 80.0, 160.0], strict=True))
-    assert gpu0_memory_ratio(TOY, 4, 8) == pytest.approx(21760 / 21040)
+    assert gpu0_memory_ratio(TOY, 4, 8, "adam", "fp32") == pytest.approx(21760 / 21040)
     assert tuple(KEYS) == COMPONENTS
 
 
@@ -98,16 +98,17 @@ def test_small_case_by_hand_mixed_and_bf16():
 
 
 def test_bucket_view_drops_the_ddp_copy():
-    mem = memory_per_gpu(TOY, 4, 8, gradient_as_bucket_view=True)
+    mem = memory_per_gpu(TOY, 4, 8, precision="fp32", gradient_as_bucket_view=True)
     assert mem["ddp_rank"]["DDP bucket copy"] == 0.0
     assert mem["dp_gpu0"]["DP reduce buffer"] == 4000.0  # DP has no such switch
-    assert gpu0_memory_ratio(TOY, 4, 8, gradient_as_bucket_view=True) == pytest.approx(
+    assert gpu0_memory_ratio(TOY, 4, 8, precision="fp32",
+                             gradient_as_bucket_view=True) == pytest.approx(
         21760 / 17040)
 
 
 def test_gradient_copies_by_hand():
     gpt2 = MODELS["GPT-2 small"]
-    assert ddp_bucket_buffer_bytes(gpt2) == 4 * 124_439_808
+    assert ddp_bucket_buffer_bytes(gpt2, "fp32") == 4 * 124_439_808
     assert ddp_bucket_buffer_bytes(gpt2, "mixed") == 2 * 124_439_808
     assert ddp_bucket_buffer_bytes(gpt2, dtype="fp16") == 2 * 124_439_808
     assert ddp_bucket_buffer_bytes(gpt2, gradient_as_bucket_view=True) == 0.0
@@ -148,7 +149,7 @@ def test_outputs_grow_exactly_n_times_and_only_they_differ(n, batch, model, opti
 def test_ddp_ranks_split_the_batch():
     model = MODELS["ResNet-50"]
     for n in (2, 4, 8):
-        ddp = memory_per_gpu(model, n, 256)["ddp_rank"]
+        ddp = memory_per_gpu(model, n, 256, precision="fp32")["ddp_rank"]
         assert n * ddp["activations"] == pytest.approx(256 * model.activation_bytes_per_sample)
         assert n * ddp["outputs"] == 256 * 1000 * 4
         assert ddp["parameters"] + ddp["gradients"] + ddp["optimizer state"] == 16 * 25_557_032
@@ -156,13 +157,15 @@ def test_ddp_ranks_split_the_batch():
 
 def test_ratio_grows_with_batch_for_large_outputs_and_not_for_resnet():
     gpt2 = MODELS["GPT-2 small"]
-    ratios = [gpu0_memory_ratio(gpt2, 8, b) for b in (8, 32, 128, 1024)]
+    ratios = [gpu0_memory_ratio(gpt2, 8, b, "adam", "fp32", attention="eager")
+              for b in (8, 32, 128, 1024)]
     assert ratios == sorted(ratios) and ratios[-1] > ratios[0] + 0.5
     act, out = gpt2.activation_bytes_per_sample, 4 * gpt2.output_elements_per_sample
     limit = (act / 8 + 3 * out) / (act / 8 + 3 * out / 8)
     assert ratios[-1] < limit
-    assert gpu0_memory_ratio(gpt2, 8, 10**7) == pytest.approx(limit, rel=1e-3)
-    assert gpu0_memory_ratio(MODELS["ResNet-50"], 8, 256) < 1.001
+    assert gpu0_memory_ratio(gpt2, 8, 10**7, "adam", "fp32",
+                             attention="eager") == pytest.approx(limit, rel=1e-3)
+    assert gpu0_memory_ratio(MODELS["ResNet-50"], 8, 256, "adam", "fp32") < 1.001
 
 
 def test_dp_gpu0_against_dp_other():
@@ -179,10 +182,11 @@ def test_dp_gpu0_against_dp_other():
 def test_layer_activations_by_hand():
     s, h, a, b = 1024, 768, 12, 4  # GPT-2 small's layer, 4 sequences
     sbh, as2b = s * b * h, a * s * s * b
-    assert transformer_layer_activation_bytes(s, h, a, b, "mixed") == 34 * sbh + 5 * as2b
-    assert transformer_layer_activation_bytes(s, h, a, b, "bf16") == sbh * (34 + 5 * a * s / h)
-    assert transformer_layer_activation_bytes(s, h, a, b, "fp32") == 66 * sbh + 9 * as2b
-    assert transformer_layer_activation_parts(s, h, a, b, "mixed") == {
+    assert transformer_layer_activation_bytes(s, h, a, b, "mixed", "eager") == 34 * sbh + 5 * as2b
+    assert transformer_layer_activation_bytes(s, h, a, b, "bf16", "eager") == sbh * (
+        34 + 5 * a * s / h)
+    assert transformer_layer_activation_bytes(s, h, a, b, "fp32", "eager") == 66 * sbh + 9 * as2b
+    assert transformer_layer_activation_parts(s, h, a, b, "mixed", "eager") == {
         "elements": 2 * (16 * sbh + 2 * as2b), "dropout masks": 2 * sbh + as2b,
         "softmax stats": 0.0}
     assert transformer_layer_activation_parts(s, h, a, b, "bf16", "sdpa") == {
@@ -200,9 +204,10 @@ def test_preset_shapes_reproduce_the_presets_and_scale_by_mode():
         fp32 = transformer_activation_bytes_per_sample(shape.seq_len, shape.hidden,
                                                        shape.heads, shape.layers)
         assert model.activation_bytes_per_sample == fp32
-        assert activation_bytes_per_sample(model, "fp32") == fp32
+        assert activation_bytes_per_sample(model, "fp32", "eager") == fp32
         s, h, a, L = shape.seq_len, shape.hidden, shape.heads, shape.layers
-        assert activation_bytes_per_sample(model, "mixed") == L * s * h * (34 + 5 * a * s / h)
+        assert activation_bytes_per_sample(model, "mixed", "eager") == L * s * h * (
+            34 + 5 * a * s / h)
         assert activation_bytes_per_sample(model, "bf16", "sdpa") == L * (34 * s * h + 4 * a * s)
     # a custom model with a preset's name but other activations is scaled, not looked up
     fake = custom_model(10, activation_bytes_per_sample=400, name="GPT-2 small")
@@ -339,9 +344,8 @@ def test_error_lists_valid_choices():
 # --- tables ---------------------------------------------------------------------------------
 
 def test_memory_table_prints_the_small_case():
-    table = format_memory_table(TOY, [(4, 8)], unit="MB").splitlines()
-    assert table[0] == ("toy, fp32, adam, eager attention: MB (decimal) held per GPU during "
-                        "one step")
+    table = format_memory_table(TOY, [(4, 8)], precision="fp32", unit="MB").splitlines()
+    assert table[0] == "toy, fp32, adam: MB (decimal) held per GPU during one step"
     assert table[3].split() == ["4", "8", "DP", "GPU0", "0.004", "0.004", "0.008", "0.000",
                                 "0.004", "0.001", "0.000", "0.001", "0.022",
                                 f"{21760 / 21040:.3f}x"]
@@ -361,10 +365,12 @@ def test_precision_table_rows():
 
 
 def test_the_course_has_one_default_precision():
-    """Every function of the course that takes a precision defaults to memory's one default
-    (fp32), and strategies takes memory's precisions and optimizers (fp16 included)."""
+    """Every function of the course that takes a precision defaults to the course's one default
+    (``dpcost.defaults``), and strategies takes memory's precisions and optimizers (fp16
+    included)."""
     import inspect
 
+    from dpcost import defaults as course
     from dpcost import memory, strategies
     from dpcost.plots import memory as memory_plots
 
@@ -376,15 +382,16 @@ def test_the_course_has_one_default_precision():
                     and not name.startswith("_")):
                 defaults[f"{module.__name__}.{name}"] = parameter.default
     assert len(defaults) >= 20  # the signatures were read at all
-    assert {d for d in defaults.values() if d is not None} == {memory.DEFAULT_PRECISION} == {"fp32"}
+    assert {d for d in defaults.values() if d is not None} == {memory.DEFAULT_PRECISION} \
+        == {course.PRECISION}
     none = {name for name, d in defaults.items() if d is None}  # resolved to the default inside
     assert none == {f"dpcost.memory.{n}" for n in ("memory_per_gpu", "gpu0_memory_ratio",
                                                    "ddp_bucket_buffer_bytes",
                                                    "dp_reduce_buffer_bytes",
                                                    "format_memory_table")}
-    assert memory_per_gpu(TOY, 4, 8) == memory_per_gpu(TOY, 4, 8, precision="fp32")
+    assert memory_per_gpu(TOY, 4, 8) == memory_per_gpu(TOY, 4, 8, precision=course.PRECISION)
     for precision in memory.PRECISIONS:
         for optimizer in memory.OPTIMIZERS:
             per = model_state_bytes_per_parameter(precision, optimizer)
             assert strategies.bytes_per_parameter(precision, optimizer) == tuple(per.values())
-    assert strategies.bytes_per_parameter() == (4, 4, 8)
+    assert strategies.bytes_per_parameter() == (2, 2, 12)  # mixed, Adam

@@ -41,7 +41,7 @@ def test_stacked_bars_draw_the_model():
 def test_a_dominant_component_gets_a_panel_without_it():
     """ResNet-50's activations dwarf the rest: a second panel shows the other seven readably."""
     model = MODELS["ResNet-50"]
-    fig, data = memory_stacked_bars(model, [(2, 64), (8, 256)])
+    fig, data = memory_stacked_bars(model, [(2, 64), (8, 256)], precision="fp32")
     assert data["zoomed_out"] == "activations" and len(fig.axes) == 2
     main, zoom = fig.axes
     assert "attention" not in main.get_title()  # a CNN has none

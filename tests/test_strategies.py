@@ -26,9 +26,8 @@ def test_model_state_memory_follows_the_zero_paper():
     assert st.model_state_bytes(psi, n, 1, *mixed) / 1e9 == pytest.approx(31.4, abs=0.05)
     assert st.model_state_bytes(psi, n, 2, *mixed) / 1e9 == pytest.approx(16.6, abs=0.05)
     assert st.model_state_bytes(psi, n, 3, *mixed) / 1e9 == pytest.approx(1.875)
-    # the course's default precision is fp32: 4 + 4 + 8
-    assert st.model_state_bytes(psi, n, 1) == st.model_state_bytes(psi, n, 1, 4, 4, 8) == \
-        8 * psi + 8 * psi / 64
+    # the course's default precision is mixed: the paper's 2 + 2 + 12
+    assert st.model_state_bytes(psi, n, 1) == st.model_state_bytes(psi, n, 1, *mixed)
 
 
 def test_collectives_per_rank():
@@ -109,7 +108,7 @@ def test_zero1_partition_and_bytes():
     assert st.zero1_partition([10, 10, 1, 1], 2) == [0, 1, 0, 1]
     assert st.zero1_partition([5, 3, 3], 2) == [0, 1, 1]
     numels = [100, 100, 10, 10]  # P = 880 B of fp32; shards 440 B each
-    cost = st.zero1(numels, 2, rank=0)
+    cost = st.zero1(numels, 2, rank=0, precision="fp32")
     assert cost.sent_bytes == 880 + 440 and cost.received_bytes == 880 + 440
     assert cost.messages == 1 + 4  # one gradient bucket, one broadcast per parameter
     assert st.zero1(numels, 2, parameters_as_bucket_view=True).messages == 1 + 2
@@ -149,7 +148,7 @@ def test_dp_paths():
 
 def test_the_ladder_has_every_rung_in_order():
     shapes = [(256, 256), (256,)] * 4
-    rows = st.ladder(shapes, 2)
+    rows = st.ladder(shapes, 2, precision="fp32")
     assert len(rows) == len(st.LADDER) == 9
     p = 4 * 4 * (256 * 256 + 256)
     by = dict(zip(st.LADDER, rows, strict=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from dpcost import defaults
 from dpcost.memory import (
     COMPONENTS,
     DEFAULT_PRECISION,
@@ -47,7 +48,7 @@ def _stack(ax, memory, configs, components, label_totals: bool):
 
 
 def memory_stacked_bars(model, configs, optimizer: str = "adam",
-                        precision: str = DEFAULT_PRECISION, attention: str = "eager",
+                        precision: str = DEFAULT_PRECISION, attention: str = defaults.ATTENTION,
                         dominant_share: float = 0.6):
     """Stacked bars in GB (decimal): DP GPU0, DP other GPU, DDP rank for each (n, batch) config.
 
@@ -91,7 +92,7 @@ def memory_stacked_bars(model, configs, optimizer: str = "adam",
 
 def ratio_vs_batch(model, gpu_counts=(2, 4, 8), batch_sizes=(8, 16, 32, 64, 128, 256, 512),
                    optimizer: str = "adam", precision: str = DEFAULT_PRECISION,
-                   attention: str = "eager"):
+                   attention: str = defaults.ATTENTION):
     """Lines: total(DP GPU0) / total(DDP rank) against the global batch, one line per n.
 
     Dotted lines mark n, the five functions' GPU0 multiplier. Returns (figure, data) with
