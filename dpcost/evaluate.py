@@ -43,7 +43,7 @@ from dpcost.dataparallel_traffic import (
     gpu_busy_bytes,
     gpu_bytes,
 )
-from dpcost.memory import COMPONENTS, PRECISION_MODES, fits, model_state_bytes_per_parameter
+from dpcost.memory import COMPONENTS, fits, model_state_bytes_per_parameter
 from dpcost.registry import STRATEGIES, Strategy
 from dpcost.setting import Setting
 from dpcost.step_time import (
@@ -59,7 +59,7 @@ from dpcost.step_time import (
 
 __all__ = ["Result", "StrategyResult", "evaluate", "peak_flops", "ddp_buckets", "dp_batch_split",
            "ddp_samples_per_rank", "memory", "busiest_bytes_curve", "ddp_hidden_from_batch",
-           "CANNOT_SPAN"]
+           "smallest_gpus_that_fit", "format_table", "CANNOT_SPAN"]
 
 CANNOT_SPAN = "DataParallel cannot span machines"
 
@@ -213,6 +213,8 @@ def memory(setting: Setting, key: str) -> dict:
     states = {c: float(m.parameters * per[c]) / (group if c in entry.sharded else 1)
               for c in per}
     states["parameters"] += m.frozen_bytes  # held, no gradient or optimizer state
+    if entry.keeps_gathered_parameters:  # every unit's, from its forward to its backward
+        states["parameters"] += float(m.parameters * per["parameters"])
     grads = float(m.parameters * per["gradients"])
     if entry.gpu0_only:  # one process: GPU0 runs the first chunk and holds the whole batch's O
         samples = dp_batch_split(b, n)[0]
@@ -355,8 +357,9 @@ def _ddp(setting: Setting, P, B, G, buckets, fwd, bwd) -> dict:
             "received_bytes": float(sum(r.gpu0_received_bytes for r in rows)),
             "busiest_bytes": float(sum(max(r.gpu0_sent_bytes, r.gpu0_received_bytes)
                                        for r in rows)),
-            "inter_node_bytes": ddp_communication_volume(G, n) if n > setting.gpus_per_node
-            else 0.0,
+            # the two-level all-reduce sends each GPU's 1/g of G across nodes, as a ring
+            "inter_node_bytes": 2 * (setting.nodes - 1) / setting.nodes * G
+            / setting.gpus_per_node if n > setting.gpus_per_node else 0.0,
             "messages": (len(buckets) + (1 if B > 0 else 0)) if n > 1 else 0,
             "step": step, "hidden": communication_hidden(bwd, step.communication_s),
             "alternatives": dict(list(steps.items())[1:]), "rows": tuple(rows)}
@@ -453,4 +456,33 @@ def smallest_gpus_that_fit(setting: Setting, key: str = "zero3", limit: int = 40
     return None
 
 
-__all__ += ["smallest_gpus_that_fit", "PRECISION_MODES"]
+
+
+
+def format_table(result: Result, keys=None) -> str:
+    """The Result as text, one row per strategy: bytes per rank per step inside and across
+    nodes, the modelled step and its exposed communication, memory per GPU and whether it
+    fits (decimal units)."""
+    from dpcost.units import format_bytes, format_seconds
+
+    s = result.setting
+    head = (f"{s.model.name}, {s.precision}, {s.optimizer}: {s.gpus} x {s.gpu.name} "
+            f"({s.nodes} node(s) of {min(s.gpus, s.gpus_per_node)}), global batch {s.batch}")
+    lines = [head, f"{'strategy':<20}{'busiest link':>14}{'across nodes':>14}{'step':>10}"
+                   f"{'exposed':>10}{'memory':>11}  fits"]
+    for key, r in result.strategies.items():
+        if keys is not None and key not in keys:
+            continue
+        if not r.available:
+            lines.append(f"{r.label:<20}  {r.reason}")
+            continue
+
+        def b(x):
+            return "-" if x is None else format_bytes(x, digits=3)
+
+        step = "-" if r.step is None else format_seconds(r.step.total_s)
+        exposed = "-" if r.step is None else format_seconds(r.step.exposed_communication_s)
+        lines.append(f"{r.label:<20}{b(r.busiest_bytes):>14}{b(r.inter_node_bytes):>14}"
+                     f"{step:>10}{exposed:>10}{b(sum(r.memory.values())):>11}  "
+                     f"{'yes' if r.fits else 'NO'}")
+    return "\n".join(lines)

@@ -33,8 +33,10 @@ class Strategy:
     ``gpu0_only``: DataParallel's layout, one process whose GPU0 holds the optimizer, the
     summed gradients and the whole batch's outputs. ``bucket_copy``: DDP's reducer copies the
     gradients into flat buckets (unless ``gradient_as_bucket_view=True``). ``ladder``: the
-    rung's name in lesson 08's ladder (None: not a rung). ``scenario``: what
-    ``dpcost.measure`` runs to measure it over gloo (None: not measurable on a CPU).
+    rung's name in lesson 08's ladder (None: not a rung). ``keeps_gathered_parameters``: FSDP
+    without resharding keeps every unit's gathered parameters from its forward to its backward.
+    ``scenario``: what ``dpcost.measure`` runs to measure it over gloo (None: not measurable on
+    a CPU).
     """
 
     key: str
@@ -45,6 +47,7 @@ class Strategy:
     gpu0_only: bool = False
     bucket_copy: bool = False
     one_node: bool = False
+    keeps_gathered_parameters: bool = False  # FSDP without resharding after forward
     ladder: str | None = None
     scenario: str | None = None
     source: str = ""
@@ -77,7 +80,8 @@ STRATEGIES = (
              shard_group="world",
              source="ZeRO paper Sec. 5 (P_os+g); FSDP's SHARD_GRAD_OP"),
     Strategy("fsdp_no_reshard", "FSDP no reshard", "#d7bde2", sharded=MODEL_STATES,
-             shard_group="world", ladder="FSDP no reshard", scenario="fsdp-no-reshard",
+             shard_group="world", keeps_gathered_parameters=True, ladder="FSDP no reshard",
+             scenario="fsdp-no-reshard",
              source="torch.distributed.fsdp.fully_shard(reshard_after_forward=False)"),
     Strategy("zero3", "ZeRO-3", "#6c3483", sharded=MODEL_STATES, shard_group="world",
              source="ZeRO paper Sec. 5 (P_os+g+p)"),
