@@ -128,3 +128,21 @@ def test_every_view_reads_the_registry():
     assert X.STRATEGY_NAMES["hsdp"] == STRATEGY_NAMES["hsdp"] == registry.BY_KEY["hsdp"].label
     assert DDP_COLOR == registry.BY_KEY["ddp"].color
     assert len({s.color for s in registry.STRATEGIES}) == len(registry.STRATEGIES)
+
+
+def test_ddp_across_nodes_sends_each_gpus_shard_and_fsdp_without_resharding_peaks_higher():
+    """Two-level all-reduce (``step_time.hierarchical_allreduce_time``): each GPU all-reduces
+    its 1/g of G over the N nodes, 2 (N-1)/N G/g; its total per rank is still 2 (n-1)/n G.
+    FSDP without resharding keeps every unit's gathered parameters, p Psi, at its peak
+    (``strategies.fsdp_model_states``)."""
+    from dpcost.strategies import bytes_per_parameter, fsdp_model_states
+
+    r = evaluate(_setting(32, 8))
+    G = r.gradient_bytes
+    assert r["ddp"].inter_node_bytes == pytest.approx(2 * 3 / 4 * G / 8, rel=1e-12)
+    assert r["ddp"].busiest_bytes == pytest.approx(2 * 31 / 32 * G, rel=1e-12)
+    held = r["fsdp_no_reshard"].memory
+    peak = fsdp_model_states(MODELS["GPT-2 XL"].parameters, 32, False,
+                             *bytes_per_parameter("mixed", "adam"))[1]
+    assert held["parameters"] + held["gradients"] + held["optimizer state"] == pytest.approx(
+        peak, rel=1e-12)
