@@ -86,10 +86,6 @@ def parse_parameter_count(text: str) -> int:
     return int(round(value))
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    return check_int(value, name, minimum)
-
-
 def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
                 gpu, utilisation: float, optimizer: str, batch_size: int,
                 attention: str = defaults.ATTENTION) -> Setting:
@@ -101,11 +97,11 @@ def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_
     n = check_num_gpus(num_gpus)
     if n < 1:
         raise ValueError(f"num_gpus must be >= 1, got {n}")
-    g = _check_int("gpus_per_node", gpus_per_node, 1)
+    g = check_int(gpus_per_node, "gpus_per_node", 1)
     if n > g and n % g:
         raise ValueError(f"num_gpus ({n}) must be a multiple of gpus_per_node ({g}) beyond "
                          "one node")
-    b = _check_int("batch_size", batch_size, 1)
+    b = check_int(batch_size, "batch_size", 1)
     if not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
     facts = model if isinstance(model, ModelFacts) else facts_from_preset(model, precision,

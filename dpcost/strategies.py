@@ -119,15 +119,6 @@ class StrategyCost:
     extra: dict = field(default_factory=dict)
 
 
-# --- input checks ---------------------------------------------------------------------------
-
-def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float:
-    return check_real(value, name, minimum, strict)  # byte counts and seconds: >= 0 by default
-
-
-_integer, _choice, _ranks = check_int, check_choice, check_ranks
-
-
 # --- model-state memory ---------------------------------------------------------------------
 
 def bytes_per_parameter(precision: str = DEFAULT_PRECISION, optimizer: str = "adam") -> tuple:
@@ -152,14 +143,15 @@ def model_state_bytes(num_params, num_gpus, stage: int = 0, param_bytes=None,
     Stage 3 is FSDP full sharding between steps; during a layer's forward or backward it also
     holds that layer's gathered parameters (and gradients), not counted here.
     """
-    psi = _real(num_params, "num_params")
-    n = _ranks(num_gpus)
-    _choice(stage, "stage", ZERO_STAGES)
+    psi = check_real(num_params, "num_params", 0.0)
+    n = check_ranks(num_gpus)
+    check_choice(stage, "stage", ZERO_STAGES)
     default = bytes_per_parameter()
     given = (param_bytes, grad_bytes, optimizer_bytes)
     names = ("param_bytes", "grad_bytes", "optimizer_bytes")
-    per = {component: d if v is None else _real(v, name) for component, d, v, name in zip(
-        ("parameters", "gradients", "optimizer state"), default, given, names, strict=True)}
+    per = {component: d if v is None else check_real(v, name, 0.0)
+           for component, d, v, name in zip(("parameters", "gradients", "optimizer state"),
+                                             default, given, names, strict=True)}
     return sum(shard_model_states(per, psi, n, STRATEGIES[stage]).values())
 
 
@@ -174,14 +166,14 @@ def _states(num_params, n, stage, precision, optimizer):
 
 def ring_allreduce_bytes(size_bytes, num_gpus) -> float:
     """Bytes each rank sends (and receives) in a ring all-reduce of S bytes: 2 (n-1)/n S."""
-    s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
+    s, n = check_real(size_bytes, "size_bytes", 0.0), check_ranks(num_gpus)
     return ddp_communication_volume(s, n)
 
 
 def allgather_bytes(size_bytes, num_gpus) -> float:
     """Bytes each rank sends (and receives) to all-gather a tensor of S bytes in total (each
     rank holds S/n): (n-1)/n S (ring; gloo's ``allgather`` and NCCL's)."""
-    s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
+    s, n = check_real(size_bytes, "size_bytes", 0.0), check_ranks(num_gpus)
     return (n - 1) / n * s
 
 
@@ -191,7 +183,7 @@ def reduce_scatter_bytes(size_bytes, num_gpus, backend: str = "nccl") -> float:
     nccl: (n-1)/n S, a true ring reduce-scatter. gloo: 2 (n-1)/n S, since
     ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` runs a full all-reduce.
     """
-    _choice(backend, "backend", BACKENDS)
+    check_choice(backend, "backend", BACKENDS)
     if backend == "gloo":
         return ring_allreduce_bytes(size_bytes, num_gpus)
     return allgather_bytes(size_bytes, num_gpus)
@@ -206,9 +198,9 @@ def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
     sends ceil(log2 n) S. nccl: a pipelined chain root -> root+1 -> ...: every rank but the
     last in the chain sends S, every non-root receives S.
     """
-    s, n = _real(size_bytes, "size_bytes"), _ranks(num_gpus)
-    _choice(backend, "backend", BACKENDS)
-    root, rank = _integer(root, "root", 0), _integer(rank, "rank", 0)
+    s, n = check_real(size_bytes, "size_bytes", 0.0), check_ranks(num_gpus)
+    check_choice(backend, "backend", BACKENDS)
+    root, rank = check_int(root, "root", 0), check_int(rank, "rank", 0)
     if root >= n or rank >= n:
         raise ValueError(f"root and rank must be < num_gpus = {n}, got {root} and {rank}")
     v = (rank - root) % n
@@ -226,9 +218,9 @@ def broadcast_bytes(size_bytes, num_gpus, root: int, rank: int,
 def allreduce_latency_s(num_buckets, num_gpus, latency_s) -> float:
     """The latency term of a step's all-reduces on a ring: buckets x 2 (n-1) alpha seconds,
     ``step_time.ring_allreduce_terms``' latency once per bucket (one all-reduce each)."""
-    b = _integer(num_buckets, "num_buckets", 0)
-    n = _ranks(num_gpus)
-    alpha = _real(latency_s, "latency_s")
+    b = check_int(num_buckets, "num_buckets", 0)
+    n = check_ranks(num_gpus)
+    alpha = check_real(latency_s, "latency_s", 0.0)
     per_bucket, _ = ring_allreduce_terms(0, n, 1.0, alpha)  # no bytes: the bandwidth is moot
     try:
         seconds = float(b) * per_bucket
@@ -249,7 +241,7 @@ def _dp_states(num_params, rank, precision, optimizer):
     if num_params is None:
         return None
     p, g, k = bytes_per_parameter(precision, optimizer)
-    return (p + g + (k if rank == 0 else 0)) * _real(num_params, "num_params")
+    return (p + g + (k if rank == 0 else 0)) * check_real(num_params, "num_params", 0.0)
 
 
 def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
@@ -261,8 +253,8 @@ def dp_copy_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     reduce per 10 MiB chunk in reality, ``buffer_size=10485760``; counted here per peer).
     GPU0 holds the only optimizer: model state (p + g + K) Psi there, p + g elsewhere.
     """
-    p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
-    rank = _integer(rank, "rank", 0)
+    p, n = check_real(param_bytes, "param_bytes", 0.0), check_ranks(num_gpus)
+    rank = check_int(rank, "rank", 0)
     each = (n - 1) * p if rank == 0 else (p if n > 1 else 0.0)
     states = _dp_states(num_params, rank, precision, optimizer)
     return StrategyCost("DP (copy path)", each, each, 2 * (n - 1) if rank == 0 else 2, states,
@@ -279,8 +271,8 @@ def dp_nccl_path(param_bytes, num_gpus, rank: int = 0, num_params=None,
     broadcast) and receives about P (the reduce); it still broadcasts every step. Other ranks:
     ``dataparallel_traffic.chain_step_bytes`` (rank 1 sends 2P and receives P, the last rank P
     and 2P, a rank between them 2P and 2P)."""
-    p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
-    rank = _integer(rank, "rank", 0)
+    p, n = check_real(param_bytes, "param_bytes", 0.0), check_ranks(num_gpus)
+    rank = check_int(rank, "rank", 0)
     if rank >= n:
         raise ValueError(f"rank must be < num_gpus = {n}, got {rank}")
     sent, received = chain_step_bytes(p, n)[rank] if n > 1 else (0.0, 0.0)
@@ -295,9 +287,9 @@ def ddp(param_bytes, num_gpus, num_buckets: int = 1, num_params=None, precision=
         optimizer="adam") -> StrategyCost:
     """Plain DDP: one ring all-reduce per bucket, 2 (n-1)/n P sent and received per rank."""
     v = ring_allreduce_bytes(param_bytes, num_gpus)
-    n = _ranks(num_gpus)
+    n = check_ranks(num_gpus)
     states = _states(num_params, n, 0, precision, optimizer)
-    return StrategyCost("DDP", v, v, _integer(num_buckets, "num_buckets", 1), states, states,
+    return StrategyCost("DDP", v, v, check_int(num_buckets, "num_buckets", 1), states, states,
                         "2(n-1)/n P",
                         "reducer.cpp: Reducer::all_reduce_bucket, one all-reduce per bucket")
 
@@ -311,11 +303,11 @@ def accumulation(param_bytes, num_gpus, micro_steps, num_buckets: int = 1,
     per sample by k as well. ``extra`` holds ``bytes_per_micro_step`` and, given
     ``samples_per_micro_step`` (per rank), ``bytes_per_sample``.
     """
-    k = _integer(micro_steps, "micro_steps", 1)
+    k = check_int(micro_steps, "micro_steps", 1)
     cost = ddp(param_bytes, num_gpus, num_buckets, num_params, precision, optimizer)
     extra = {"micro_steps": k, "bytes_per_micro_step": cost.sent_bytes / k}
     if samples_per_micro_step is not None:
-        b = _integer(samples_per_micro_step, "samples_per_micro_step", 1)
+        b = check_int(samples_per_micro_step, "samples_per_micro_step", 1)
         extra["bytes_per_sample"] = cost.sent_bytes / (k * b)
     return StrategyCost(f"DDP + accumulation (k={k})", cost.sent_bytes, cost.received_bytes,
                         cost.messages, cost.state_after_step_bytes, cost.peak_state_bytes,
@@ -330,14 +322,14 @@ def compress_hook(param_bytes, num_gpus, dtype: str = "bf16", grad_dtype: str = 
     """``fp16_compress_hook`` / ``bf16_compress_hook``: each bucket is cast to 16 bits and
     all-reduced (``default_hooks.py: _compress_hook``): 2 (n-1)/n P x 2 / w bytes, half of
     plain DDP for fp32 gradients (w = ``grad_dtype``'s bytes per element)."""
-    _choice(dtype, "dtype", COMPRESS_DTYPES)
-    _choice(grad_dtype, "grad_dtype", DTYPE_BYTES)
-    p = _real(param_bytes, "param_bytes")
+    check_choice(dtype, "dtype", COMPRESS_DTYPES)
+    check_choice(grad_dtype, "grad_dtype", DTYPE_BYTES)
+    p = check_real(param_bytes, "param_bytes", 0.0)
     compressed = p * DTYPE_BYTES[dtype] / DTYPE_BYTES[grad_dtype]
     v = ring_allreduce_bytes(compressed, num_gpus)
-    n = _ranks(num_gpus)
+    n = check_ranks(num_gpus)
     states = _states(num_params, n, 0, precision, optimizer)
-    return StrategyCost(f"DDP + {dtype} hook", v, v, _integer(num_buckets, "num_buckets", 1),
+    return StrategyCost(f"DDP + {dtype} hook", v, v, check_int(num_buckets, "num_buckets", 1),
                         states, states,
                         f"2(n-1)/n P x {DTYPE_BYTES[dtype]}/{DTYPE_BYTES[grad_dtype]}",
                         f"ddp_comm_hooks/default_hooks.py: {dtype}_compress_hook")
@@ -345,7 +337,7 @@ def compress_hook(param_bytes, num_gpus, dtype: str = "bf16", grad_dtype: str = 
 
 def _matrix(shape, index):
     """The (rows, cols) PowerSGD sees: ``tensor.view(tensor.shape[0], -1)``."""
-    dims = [_integer(d, f"shapes[{index}] dimension", 0) for d in shape]
+    dims = [check_int(d, f"shapes[{index}] dimension", 0) for d in shape]
     if not dims:
         raise ValueError(f"shapes[{index}] is a 0-d tensor; PowerSGD views each gradient as "
                          "shape[0] x rest, which needs at least one dimension")
@@ -365,8 +357,8 @@ def powersgd_elements(shapes, matrix_approximation_rank: int = 1,
     is a w x 1 matrix) its rows x cols elements go uncompressed. Returns {"uncompressed",
     "p", "q", "compressed_tensors", "uncompressed_tensors"}.
     """
-    r = _integer(matrix_approximation_rank, "matrix_approximation_rank", 1)
-    rate = _real(min_compression_rate, "min_compression_rate")
+    r = check_int(matrix_approximation_rank, "matrix_approximation_rank", 1)
+    rate = check_real(min_compression_rate, "min_compression_rate", 0.0)
     out = dict(uncompressed=0, p=0, q=0, compressed_tensors=0, uncompressed_tensors=0)
     for index, shape in enumerate(shapes):
         rows, cols = _matrix(shape, index)
@@ -401,11 +393,11 @@ def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: in
     factors the hook all-reduces (r' (rows + cols) per matrix) are not counted.
     """
     shapes = list(shapes)
-    n = _ranks(num_gpus)
-    r = _integer(matrix_approximation_rank, "matrix_approximation_rank", 1)
-    it = _integer(iteration, "iteration", 0)
-    start = _integer(start_powersgd_iter, "start_powersgd_iter", 0)
-    w = _integer(element_bytes, "element_bytes", 1)
+    n = check_ranks(num_gpus)
+    r = check_int(matrix_approximation_rank, "matrix_approximation_rank", 1)
+    it = check_int(iteration, "iteration", 0)
+    start = check_int(start_powersgd_iter, "start_powersgd_iter", 0)
+    w = check_int(element_bytes, "element_bytes", 1)
     powersgd_elements(shapes, r, min_compression_rate)  # checks every shape and the rate
     buckets = [list(range(len(shapes)))] if buckets is None else [list(b) for b in buckets]
     states = _states(num_params, n, 0, precision, optimizer)
@@ -424,8 +416,8 @@ def powersgd(shapes, num_gpus, matrix_approximation_rank: int = 1, iteration: in
     sent = sum(ring_allreduce_bytes(e * w, n) for e in elements.values())
     peak = None
     if states is not None:  # + the error feedback, g bytes per parameter
-        peak = states + bytes_per_parameter(precision, optimizer)[1] * _real(num_params,
-                                                                             "num_params")
+        peak = states + bytes_per_parameter(precision, optimizer)[1] * check_real(
+            num_params, "num_params", 0.0)
     return StrategyCost(f"PowerSGD r={r}", sent, sent, 3 * len(buckets), states, peak,
                         "2(n-1)/n (U + r(m+k)) w", "powerSGD_hook.py: powerSGD_hook "
                         "(all-reduces of the uncompressed tensors, then Ps, then Qs)",
@@ -436,8 +428,8 @@ def zero1_partition(numels, num_gpus) -> list:
     """Which rank's shard holds each parameter: ``ZeroRedundancyOptimizer._partition_parameters``
     sorts the parameters by size, largest first (a stable sort), and gives each to the rank
     with the fewest elements so far (the lowest such rank). Returns one rank per parameter."""
-    n = _ranks(num_gpus)
-    sizes = [_integer(e, f"numels[{i}]", 0) for i, e in enumerate(numels)]
+    n = check_ranks(num_gpus)
+    sizes = [check_int(e, f"numels[{i}]", 0) for i, e in enumerate(numels)]
     owner, load = [0] * len(sizes), [0] * n
     for index in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         rank = min(range(n), key=load.__getitem__)
@@ -459,10 +451,10 @@ def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str 
     (n-1)/n P. Optimizer state per rank: its shard's K bytes per parameter.
     """
     numels = list(numels)
-    n = _ranks(num_gpus)
-    rank = _integer(rank, "rank", 0)
-    w = _integer(element_bytes, "element_bytes", 1)
-    _choice(backend, "backend", BACKENDS)
+    n = check_ranks(num_gpus)
+    rank = check_int(rank, "rank", 0)
+    w = check_int(element_bytes, "element_bytes", 1)
+    check_choice(backend, "backend", BACKENDS)
     owner = zero1_partition(numels, n)
     p = sum(numels) * w
     grad = ring_allreduce_bytes(p, n)
@@ -476,7 +468,7 @@ def zero1(numels, num_gpus, rank: int = 0, element_bytes: int = 4, backend: str 
     own = sum(e for e, o in zip(numels, owner, strict=True) if o == rank)
     states = (pb + gb) * sum(numels) + k * own
     return StrategyCost("ZeRO-1", sent, received,
-                        _integer(num_buckets, "num_buckets", 1) + broadcasts, states, states,
+                        check_int(num_buckets, "num_buckets", 1) + broadcasts, states, states,
                         "2(n-1)/n P + broadcast of every rank's shard",
                         "zero_redundancy_optimizer.py: ZeroRedundancyOptimizer.step -> "
                         "_sync_params -> _broadcast_params_from_rank",
@@ -500,11 +492,11 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
     communication buffer, not counted); without resharding every unit's unsharded parameters
     stay from its forward to its backward, so p Psi more.
     """
-    p, n = _real(param_bytes, "param_bytes"), _ranks(num_gpus)
-    _choice(backend, "backend", BACKENDS)
+    p, n = check_real(param_bytes, "param_bytes", 0.0), check_ranks(num_gpus)
+    check_choice(backend, "backend", BACKENDS)
     if not isinstance(reshard_after_forward, bool):
         raise TypeError(f"reshard_after_forward must be a bool, got {reshard_after_forward!r}")
-    units = _integer(num_units, "num_units", 1)
+    units = check_int(num_units, "num_units", 1)
     gathers = 2 if reshard_after_forward else 1
     v = gathers * allgather_bytes(p, n) + reduce_scatter_bytes(p, n, backend)
     factor = {True: {"nccl": 3, "gloo": 4}, False: {"nccl": 2, "gloo": 3}}[
@@ -512,8 +504,8 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
     name = "FSDP full sharding" if reshard_after_forward else "FSDP no reshard"
     states = peak = None
     if num_params is not None:
-        local = None if local_numel is None else _real(local_numel, "local_numel")
-        states, peak = fsdp_model_states(_real(num_params, "num_params"), n,
+        local = None if local_numel is None else check_real(local_numel, "local_numel", 0.0)
+        states, peak = fsdp_model_states(check_real(num_params, "num_params", 0.0), n,
                                          reshard_after_forward,
                                          *bytes_per_parameter(precision, optimizer), local)
     return StrategyCost(name, v, v, (gathers + 1) * units, states, peak,
@@ -539,8 +531,8 @@ def fsdp_shard_rows(rows: int, num_gpus, rank: int) -> int:
     """Rows of a dim-0 length ``rows`` that ``rank`` holds under FSDP2: ``torch.chunk`` into n
     chunks of ceil(rows / n), the last ones shorter or empty
     (``_fsdp_common._chunk_with_empty``)."""
-    n = _ranks(num_gpus)
-    rows, rank = _integer(rows, "rows", 0), _integer(rank, "rank", 0)
+    n = check_ranks(num_gpus)
+    rows, rank = check_int(rows, "rows", 0), check_int(rank, "rank", 0)
     chunk = -(-rows // n)
     return max(0, min(chunk, rows - rank * chunk))
 
@@ -550,8 +542,8 @@ def fsdp_padded_param_bytes(shapes, num_gpus, element_bytes: int = 4) -> int:
     (``FSDPParam._init_sharded_param``: ``padded_sharded_param_size = chunks[0].size()``), so
     each parameter all-gathers n ceil(rows / n) x rest elements. Equals P when n divides every
     parameter's first dimension."""
-    n = _ranks(num_gpus)
-    w = _integer(element_bytes, "element_bytes", 1)
+    n = check_ranks(num_gpus)
+    w = check_int(element_bytes, "element_bytes", 1)
     total = 0
     for index, shape in enumerate(shapes):
         rows, cols = _matrix(shape, index)
@@ -617,9 +609,9 @@ def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION
     unsharded parameters it keeps from forward to backward, p Psi. Neither counts DP's
     ``reduce_add`` buffer or DDP's buckets.
     """
-    psi = _real(num_params, "num_params")
-    n = _ranks(num_gpus)
-    _choice(definition, "definition", STATE_DEFINITIONS)
+    psi = check_real(num_params, "num_params", 0.0)
+    n = check_ranks(num_gpus)
+    check_choice(definition, "definition", STATE_DEFINITIONS)
     p, g, k = bytes_per_parameter(precision, optimizer)
     ddp_state = model_state_bytes(psi, n, 0, p, g, k)
     peak = definition == "peak"  # indexes fsdp_model_states: (after the step, peak)
