@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from dpcost.core import check_model_size_bytes, check_num_gpus, check_real
+from dpcost.core import check_choice, check_model_size_bytes, check_num_gpus, check_real
 from dpcost.dataparallel_traffic import DP_CHUNK_BYTES, DP_PATHS, dp_path_traffic
 from dpcost.step_time import bucketed_allreduce_terms, dp_transfer_terms, ring_allreduce_terms
 
@@ -47,7 +47,7 @@ def _check_inputs(model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s):
     n = check_num_gpus(num_gpus)
     beta = check_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", 0.0, strict=True)
     alpha = check_real(latency_s, "latency_s", 0.0)
-    size = check_real(size, "model_size_bytes", 0.0, what="a number of bytes")
+    size = check_real(size, "model_size_bytes", 0.0)
     return size, n, beta, alpha
 
 
@@ -110,8 +110,7 @@ def dp_chunked_time_terms(model_size_bytes, num_gpus, bandwidth_bytes_per_s, lat
     """
     size, n, beta, alpha = _check_inputs(
         model_size_bytes, num_gpus, bandwidth_bytes_per_s, latency_s)
-    if path not in DP_PATHS:
-        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    check_choice(path, "path", DP_PATHS)
     limit = check_real(chunk_bytes, "chunk_bytes", 0.0, strict=True)
     if n <= 1:
         return 0.0, 0.0

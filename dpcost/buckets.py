@@ -38,11 +38,6 @@ DEFAULT_BUCKET_CAP_BYTES = 25 * MIB
 DEFAULT_FIRST_BUCKET_BYTES = MIB
 
 
-def _check_bytes(value, name: str) -> float:
-    """``value`` as a float of bytes: a finite real number >= 0 (TypeError/ValueError naming it)."""
-    return check_real(value, name, 0.0, what="a number of bytes")
-
-
 def compute_bucket_assignment_by_size(tensor_bytes, bucket_size_limits, dtypes=None,
                                       tensor_indices=None):
     """Pure-Python ``torch.distributed._compute_bucket_assignment_by_size`` (reducer.cpp).
@@ -64,12 +59,12 @@ def compute_bucket_assignment_by_size(tensor_bytes, bucket_size_limits, dtypes=N
     if isinstance(tensor_bytes, str) or not isinstance(tensor_bytes, Sequence):
         raise TypeError(f"tensor_bytes must be a sequence of sizes, got "
                         f"{type(tensor_bytes).__name__}")
-    sizes = [_check_bytes(s, f"tensor_bytes[{i}]") for i, s in enumerate(tensor_bytes)]
+    sizes = [check_real(s, f"tensor_bytes[{i}]", 0.0) for i, s in enumerate(tensor_bytes)]
     if isinstance(bucket_size_limits, str) or not isinstance(bucket_size_limits, Sequence) \
             or not bucket_size_limits:
         raise ValueError(f"bucket_size_limits must be a non-empty sequence, got "
                          f"{bucket_size_limits!r}")
-    limits = [_check_bytes(x, f"bucket_size_limits[{i}]")
+    limits = [check_real(x, f"bucket_size_limits[{i}]", 0.0)
               for i, x in enumerate(bucket_size_limits)]
     if dtypes is not None and len(dtypes) != len(sizes):
         raise ValueError(f"dtypes must have one entry per tensor ({len(sizes)}), got "
@@ -106,7 +101,7 @@ def ddp_buckets_from_sizes(ready_order_bytes, first_iteration=False,
     buckets: caps ``first_bucket_bytes`` then ``bucket_cap_bytes`` (1 MiB, 25 MiB).
     """
     if first_iteration:
-        sizes = [_check_bytes(s, f"ready_order_bytes[{i}]")
+        sizes = [check_real(s, f"ready_order_bytes[{i}]", 0.0)
                  for i, s in enumerate(ready_order_bytes)]
         return [sum(sizes)] if sizes else []
     indices, _ = compute_bucket_assignment_by_size(
@@ -132,17 +127,14 @@ def ddp_bucket_sizes(
     as one bucket unless ``find_unused_parameters``). Passing ``bucket_cap_mb`` to DDP makes the
     first bucket as large as the others: call with ``first_bucket_bytes=bucket_cap_bytes``.
     """
-    cap = _check_bytes(bucket_cap_bytes, "bucket_cap_bytes")
-    first = _check_bytes(first_bucket_bytes, "first_bucket_bytes")
-    if cap <= 0 or first <= 0:
-        raise ValueError(
-            f"bucket_cap_bytes and first_bucket_bytes must be > 0, got {cap!r} and {first!r}")
+    cap = check_real(bucket_cap_bytes, "bucket_cap_bytes", 0.0, strict=True)
+    first = check_real(first_bucket_bytes, "first_bucket_bytes", 0.0, strict=True)
     if isinstance(grad_bytes, Sequence) and not isinstance(grad_bytes, str):
-        sizes = [_check_bytes(s, f"grad_bytes[{i}]") for i, s in enumerate(grad_bytes)]
+        sizes = [check_real(s, f"grad_bytes[{i}]", 0.0) for i, s in enumerate(grad_bytes)]
         indices, _ = compute_bucket_assignment_by_size(sizes, [first, cap],
                                                        tensor_indices=range(len(sizes)))
         return [sum(sizes[i] for i in bucket) for bucket in indices]
-    total = _check_bytes(grad_bytes, "grad_bytes")
+    total = check_real(grad_bytes, "grad_bytes", 0.0)
     if total <= first:
         return [total] if total > 0 else []
     buckets, rest = [first], total - first
@@ -162,7 +154,7 @@ def bucket_assignment(sizes_bytes, caps) -> list:
     as soon as its size reaches its limit (>=), so it may overshoot by one tensor, and tensors
     are never split (``reducer.cpp: compute_bucket_assignment_by_size``, one dtype and device).
     """
-    sizes = [_check_bytes(s, f"sizes_bytes[{i}]") for i, s in enumerate(sizes_bytes)]
+    sizes = [check_real(s, f"sizes_bytes[{i}]", 0.0) for i, s in enumerate(sizes_bytes)]
     caps = [check_real(c, f"caps[{i}]", 0.0, strict=True) for i, c in enumerate(caps)]
     if not caps:
         raise ValueError("caps must hold at least one bucket size limit, got []")

@@ -32,24 +32,17 @@ _SHOWN_CHARS = 60  # an error message shows at most this much of a bad value's r
 
 
 def _is_bool(value) -> bool:
-    # numpy.bool_ is not an Integral, but name it so the error says "bool", not "type".
     return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
 
 
 def _is_numpy_time(value) -> bool:
-    # numpy registers timedelta64 as an integer (a subclass of numpy.signedinteger), but a
-    # duration is not a count of GPUs or bytes. A numpy value means numpy is loaded already,
-    # so looking it up in sys.modules keeps ``import dpcost`` free of numpy.
+    # numpy registers timedelta64 as an integer; a duration is no count (numpy is loaded already)
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(value, (numpy.timedelta64, numpy.datetime64))
 
 
 def _show(value) -> str:
-    """A short, safe rendering of a bad value for an error message.
-
-    Python refuses to turn ints of more than 4300 digits into text (sys.get_int_max_str_digits),
-    so huge ints are shown by their digit count; long reprs are cut; a failing repr is replaced.
-    """
+    """A bad value for an error message: short, and never an error itself."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         magnitude = abs(value)
         digits = int(magnitude.bit_length() * math.log10(2))  # digits - 1 or digits
@@ -57,7 +50,7 @@ def _show(value) -> str:
         return f"{'-' if value < 0 else ''}(an integer of {digits} digits)"
     try:
         text = repr(value)
-    except Exception:  # a hostile __repr__ must not hide which parameter was wrong
+    except Exception:  # a failing __repr__ must not hide which parameter was wrong
         return f"<{type(value).__name__} object>"
     if len(text) > _SHOWN_CHARS:
         text = text[: _SHOWN_CHARS - 3] + "..."
@@ -75,13 +68,10 @@ def check_num_gpus(num_gpus) -> int:
     return int(num_gpus)
 
 
-def check_real(value, name: str, minimum: float = -math.inf, strict: bool = False,
-               what: str = "a number") -> float:
-    """``value`` as a finite float >= ``minimum`` (> if ``strict``), for the models' other
-    inputs (bandwidths, latencies, byte counts): TypeError unless a real number (bool is not),
-    ValueError otherwise, each naming ``name``."""
+def check_real(value, name: str, minimum: float = -math.inf, strict: bool = False) -> float:
+    """``value`` as a finite float >= ``minimum`` (> if ``strict``), or an error naming ``name``."""
     if _is_bool(value) or _is_numpy_time(value) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {_show(value)}")
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {_show(value)}")
     try:
         value = float(value)
     except OverflowError:  # an exact int too large for a float
@@ -94,8 +84,7 @@ def check_real(value, name: str, minimum: float = -math.inf, strict: bool = Fals
 
 
 def check_int(value, name: str, minimum: int) -> int:
-    """``value`` as a Python int >= ``minimum``: TypeError unless an int or a numpy integer
-    (bool is not), ValueError below the minimum, each naming ``name``."""
+    """``value`` (an int or numpy integer) as an int >= ``minimum``, or an error naming ``name``."""
     if _is_bool(value) or _is_numpy_time(value) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {_show(value)}")
     if value < minimum:
@@ -125,12 +114,8 @@ def _shown_text(text: str) -> str:
 
 
 def parse_whole_number(text: str, name: str, minimum: int, maximum: int) -> int:
-    """A command-line count such as ``--gpus 8``: ASCII digits 0-9 only, ``minimum`` to
-    ``maximum``. ValueError naming ``name`` otherwise.
-
-    ``int()`` alone would also take "８" (full-width), "١٢٣" (Arabic-Indic), "8_0" and " 8";
-    every CLI of the course refuses them through this one function, so they agree.
-    """
+    """A command-line count such as ``--gpus 8``: ASCII digits 0-9 only (``int()`` would take
+    "８" or "8_0"), ``minimum`` to ``maximum``; ValueError naming ``name`` otherwise."""
     shown = _shown_text(text)
     if re.fullmatch(r"-[0-9]+", text, re.ASCII):
         raise ValueError(f"{name} must be at least {minimum}, got {shown}")
@@ -149,10 +134,8 @@ def parse_whole_number(text: str, name: str, minimum: int, maximum: int) -> int:
 
 def parse_decimal(text: str, name: str, minimum: float, scale: float = 1.0,
                   unit: str = "", minimum_why: str = "") -> float:
-    """A command-line number such as ``--model-mb 2.5`` or ``4e6``: ASCII digits, finite, at
-    least ``minimum``; finite also once multiplied by ``scale`` (MB to bytes: 1e6), so a value
-    whose byte count overflows a float is refused here, not deep in a model. ValueError
-    naming ``name`` otherwise."""
+    """A command-line number such as ``--model-mb 2.5`` or ``4e6``: ASCII digits, at least
+    ``minimum``, finite even times ``scale``; ValueError naming ``name`` otherwise."""
     shown = _shown_text(text)
     if text.strip().lower() in _NOT_FINITE:
         raise ValueError(f"{name} must be a finite number, got {shown}")
@@ -171,8 +154,7 @@ def parse_decimal(text: str, name: str, minimum: float, scale: float = 1.0,
 
 
 def check_ranks(num_gpus) -> int:
-    """``num_gpus`` as an int >= 1 (a model with ranks in it): ``check_num_gpus``, then the
-    minimum."""
+    """``num_gpus`` as an int >= 1 (a model with ranks in it)."""
     n = check_num_gpus(num_gpus)
     if n < 1:
         raise ValueError(f"num_gpus must be >= 1, got {_show(num_gpus)}")
@@ -180,12 +162,8 @@ def check_ranks(num_gpus) -> int:
 
 
 def check_model_size_bytes(model_size_bytes) -> int | float:
-    """Return ``model_size_bytes`` as a Python int or float, checked to be finite and >= 0.
-
-    Accepts int, float and numpy integer or floating scalars; raises TypeError for anything
-    else (bool, str such as "1GB", None, numpy.timedelta64, ...) and ValueError for negative,
-    NaN, infinite, or a finite numpy.longdouble beyond float range. -0.0 is returned as 0.0.
-    """
+    """``model_size_bytes`` (an int, float or numpy number) as a finite int or float >= 0, or
+    an error naming it."""
     value = model_size_bytes
     is_numpy_real = type(value).__module__ == "numpy" and isinstance(value, numbers.Real)
     if _is_bool(value) or _is_numpy_time(value) or not (
@@ -197,16 +175,15 @@ def check_model_size_bytes(model_size_bytes) -> int | float:
             f"{type(value).__name__} {_show(value)}{hint}"
         )
     if not isinstance(value, numbers.Integral):
-        # Check in the value's own type before float(): float() turns a finite
-        # numpy.longdouble beyond float range into inf, which is not what is wrong with it.
+        # in the value's own type: float() makes a finite numpy.longdouble inf
         if value != value or value in (math.inf, -math.inf):
             raise ValueError(f"model_size_bytes must be finite, got {_show(float(value))}")
     if value < 0:
         raise ValueError(f"model_size_bytes must be >= 0, got {_show(value)}")
     if isinstance(value, numbers.Integral):
         return int(value)
-    result = float(value) + 0.0  # + 0.0 turns -0.0 into 0.0 and leaves every other float as is
-    if math.isinf(result):  # finite in its own type (checked above), beyond a float's range
+    result = float(value) + 0.0  # -0.0 becomes 0.0
+    if math.isinf(result):  # finite in its own type, beyond a float's range
         raise ValueError(
             f"model_size_bytes {_show(value)} is too large for a float (out of range: the "
             f"largest float is {_FLOAT_MAX!r})"
@@ -215,8 +192,7 @@ def check_model_size_bytes(model_size_bytes) -> int | float:
 
 
 def _as_float(exact) -> float:
-    """float(exact), saturating to +inf or -inf (keeping the sign) where a huge exact number
-    does not fit a float."""
+    """float(exact), saturated to inf with its sign beyond a float's range."""
     try:
         return float(exact)
     except OverflowError:
@@ -263,9 +239,8 @@ def dp_gpu0_memory_multiplier(num_gpus) -> float:
     """GPU0's memory relative to a single-GPU share under DataParallel: ``n`` (dimensionless).
 
     GPU0 gathers the outputs of all n replicas (and computes the loss over them), so the
-    batch-sized part of its memory is n times what each other GPU holds. Returns float(n) as
-    given, for every integer n; an n beyond float range gives inf with n's sign (-10**400 gives
-    -inf, never +inf).
+    batch-sized part of its memory is n times what each other GPU holds. Returns float(n) for
+    every integer n, saturated to inf with n's sign beyond a float's range.
     """
     return _as_float(check_num_gpus(num_gpus))
 

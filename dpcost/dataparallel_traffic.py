@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpcost.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, ddp_bucket_sizes
-from dpcost.core import check_num_gpus, check_real, ddp_communication_volume
+from dpcost.core import check_choice, check_num_gpus, check_real, ddp_communication_volume
 from dpcost.presets import resnet50_layers
 
 __all__ = [
@@ -100,18 +100,13 @@ class StepTransfer:
     total_bytes: float
 
 
-def _check_bytes(value, name: str) -> float:
-    """``value`` as a float of bytes: a finite real number >= 0 (TypeError/ValueError naming it)."""
-    return check_real(value, name, 0.0, what="a number of bytes")
-
-
 def _check_all(param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes, num_gpus):
     return (
-        _check_bytes(param_bytes, "param_bytes"),
-        _check_bytes(buffer_bytes, "buffer_bytes"),
-        _check_bytes(grad_bytes, "grad_bytes"),
-        _check_bytes(input_bytes, "input_bytes"),
-        _check_bytes(output_bytes, "output_bytes"),
+        check_real(param_bytes, "param_bytes", 0.0),
+        check_real(buffer_bytes, "buffer_bytes", 0.0),
+        check_real(grad_bytes, "grad_bytes", 0.0),
+        check_real(input_bytes, "input_bytes", 0.0),
+        check_real(output_bytes, "output_bytes", 0.0),
         check_num_gpus(num_gpus),
     )
 
@@ -220,7 +215,7 @@ def ddp_step_transfers(
     if bucket_sizes is None:
         buckets = ddp_bucket_sizes(G, bucket_cap_bytes, first_bucket_bytes)
     else:
-        buckets = [_check_bytes(b, f"bucket_sizes[{i}]") for i, b in enumerate(bucket_sizes)]
+        buckets = [check_real(b, f"bucket_sizes[{i}]", 0.0) for i, b in enumerate(bucket_sizes)]
         if not math.isclose(sum(buckets), G, rel_tol=1e-9, abs_tol=1e-6):
             raise ValueError(f"bucket_sizes must add up to grad_bytes ({sum(buckets)!r} != {G!r})")
     for i, bucket in enumerate(buckets):
@@ -281,17 +276,14 @@ def coalesced_chunk_sizes(tensor_bytes, buffer_size=DP_CHUNK_BYTES, rule="broadc
     A tensor is never split, so a tensor above ``buffer_size`` is a chunk of its own. For one
     number both rules give ``[buffer_size] * k + [rest]``. Units: bytes.
     """
-    limit = _check_bytes(buffer_size, "buffer_size")
-    if limit <= 0:
-        raise ValueError(f"buffer_size must be > 0, got {buffer_size!r}")
-    if rule not in ("broadcast", "reduce"):
-        raise ValueError(f"rule must be 'broadcast' or 'reduce', got {rule!r}")
+    limit = check_real(buffer_size, "buffer_size", 0.0, strict=True)
+    check_choice(rule, "rule", ("broadcast", "reduce"))
     if not (isinstance(tensor_bytes, Sequence) and not isinstance(tensor_bytes, str)):
-        total = _check_bytes(tensor_bytes, "tensor_bytes")
+        total = check_real(tensor_bytes, "tensor_bytes", 0.0)
         full = int(total // limit)
         rest = total - full * limit
         return [limit] * full + ([rest] if rest > 0 else [])
-    sizes = [_check_bytes(s, f"tensor_bytes[{i}]") for i, s in enumerate(tensor_bytes)]
+    sizes = [check_real(s, f"tensor_bytes[{i}]", 0.0) for i, s in enumerate(tensor_bytes)]
     chunks, open_size, open_count = [], 0.0, 0
     for size in sizes:
         if rule == "reduce" and open_count and open_size + size > limit:
@@ -314,7 +306,7 @@ def chain_broadcast_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
     (sending and receiving at the same time, in pipelined slices), GPU n-1 only receives S.
     Index = GPU. Empty for n <= 0; [(0, 0)] for n = 1.
     """
-    S = _check_bytes(size_bytes, "size_bytes")
+    S = check_real(size_bytes, "size_bytes", 0.0)
     n = check_num_gpus(num_gpus)
     if n <= 1:
         return [(0.0, 0.0)] * max(n, 0)
@@ -331,7 +323,7 @@ def chain_reduce_bytes(size_bytes, num_gpus) -> list[tuple[float, float]]:
     ring 0 -> 1 -> ... -> n-1 -> 0: GPU 1 sends S; GPUs 2..n-1 receive and send S; GPU0
     receives S. Index = GPU.
     """
-    S = _check_bytes(size_bytes, "size_bytes")
+    S = check_real(size_bytes, "size_bytes", 0.0)
     n = check_num_gpus(num_gpus)
     if n <= 1:
         return [(0.0, 0.0)] * max(n, 0)
@@ -345,10 +337,8 @@ NCCL_SLICE_BYTES = 4 * 2**20 // 8
 
 def chain_messages(size_bytes, slice_bytes=NCCL_SLICE_BYTES) -> int:
     """Messages one hop of the chain carries for S bytes: ceil(S / slice_bytes), at least 1."""
-    S = _check_bytes(size_bytes, "size_bytes")
-    limit = _check_bytes(slice_bytes, "slice_bytes")
-    if limit <= 0:
-        raise ValueError(f"slice_bytes must be > 0, got {slice_bytes!r}")
+    S = check_real(size_bytes, "size_bytes", 0.0)
+    limit = check_real(slice_bytes, "slice_bytes", 0.0, strict=True)
     return max(1, math.ceil(S / limit))
 
 
@@ -437,11 +427,8 @@ def dp_path_traffic(param_bytes, buffer_bytes, grad_bytes, input_bytes, output_b
     """
     P, B, G, I, O, n = _check_all(  # noqa: E741 (the course's symbols)
         param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes, num_gpus)
-    if path not in DP_PATHS:
-        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
-    limit = _check_bytes(chunk_bytes, "chunk_bytes")
-    if limit <= 0:
-        raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes!r}")
+    check_choice(path, "path", DP_PATHS)
+    limit = check_real(chunk_bytes, "chunk_bytes", 0.0, strict=True)
     if n <= 1:
         return []
 
@@ -535,8 +522,7 @@ def busy_time_ratio(num_gpus, path="nccl") -> float:
     2 (n-1)/n P: n / (n-1) (8/7 = 1.14 at n = 8). Returns 1.0 for n <= 1.
     """
     n = check_num_gpus(num_gpus)
-    if path not in DP_PATHS:
-        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    check_choice(path, "path", DP_PATHS)
     if n <= 1:
         return 1.0
     return float(n) if path == "copy" else n / (n - 1)

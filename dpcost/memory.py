@@ -67,7 +67,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpcost import defaults
-from dpcost.core import check_choice, check_int, check_num_gpus, check_real
+from dpcost.core import check_choice, check_int, check_num_gpus, check_ranks, check_real
 from dpcost.presets import (
     MODELS,
     TRANSFORMER_SHAPES,
@@ -167,14 +167,6 @@ SHARDED_COMPONENTS = {key: BY_KEY[key].sharded for key in STRATEGIES}
 # --- input checks ---------------------------------------------------------------------------
 
 
-def _check_choice(name: str, value, choices) -> str:
-    return check_choice(value, name, choices)
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    return check_int(value, name, minimum)
-
-
 def _check_model(model) -> ModelPreset:
     if not isinstance(model, ModelPreset):
         raise TypeError("model must be a dpcost.presets.ModelPreset (see MODELS or "
@@ -188,9 +180,9 @@ def _precision(precision, dtype) -> str:
         if precision is not None and precision != dtype:
             raise TypeError(f"give precision or dtype, not both (precision={precision!r}, "
                             f"dtype={dtype!r})")
-        return _check_choice("dtype", dtype, PRECISION_MODES)
-    return _check_choice("precision", DEFAULT_PRECISION if precision is None else precision,
-                         PRECISION_MODES)
+        return check_choice(dtype, "dtype", PRECISION_MODES)
+    return check_choice(DEFAULT_PRECISION if precision is None else precision, "precision",
+                        PRECISION_MODES)
 
 
 # --- model states ---------------------------------------------------------------------------
@@ -205,8 +197,8 @@ def model_state_bytes_per_parameter(precision: str = DEFAULT_PRECISION,
     2 + 2 + 12 (Adam), 2 + 2 + 8 (momentum), 2 + 2 + 4 (SGD: the master copy); bf16/fp16
     2 + 2 + 4 (Adam), 2 + 2 + 2 (momentum), 2 + 2 + 0 (SGD).
     """
-    mode = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)]
-    moments = _MOMENTS[_check_choice("optimizer", optimizer, _MOMENTS)]
+    mode = PRECISION_MODES[check_choice(precision, "precision", PRECISION_MODES)]
+    moments = _MOMENTS[check_choice(optimizer, "optimizer", _MOMENTS)]
     return {"parameters": mode.parameter_bytes, "gradients": mode.gradient_bytes,
             "optimizer state": mode.master_bytes + moments * mode.state_bytes}
 
@@ -219,7 +211,7 @@ def shard_model_states(per_parameter: dict, parameters: float, num_ranks: int,
     The ZeRO rule alone, for callers that have checked their inputs (``strategies`` takes a
     real parameter count and its own p, g, K): ``model_state_bytes_per_rank`` checks them.
     """
-    sharded = SHARDED_COMPONENTS[_check_choice("strategy", strategy, STRATEGIES)]
+    sharded = SHARDED_COMPONENTS[strategy]
     return {c: per_parameter[c] * parameters / (num_ranks if c in sharded else 1)
             for c in MODEL_STATE_COMPONENTS}
 
@@ -244,8 +236,8 @@ def model_state_bytes_per_rank(parameters: int, num_ranks: int, strategy: str = 
     (``ddp_bucket_buffer_bytes``), which ZeRO-1 with DDP still holds.
     """
     n_params = check_parameter_count(parameters)
-    n = _check_int("num_ranks", num_ranks, 1)
-    _check_choice("strategy", strategy, STRATEGIES)  # before the precision, as it always was
+    n = check_int(num_ranks, "num_ranks", 1)
+    check_choice(strategy, "strategy", STRATEGIES)
     per = model_state_bytes_per_parameter(precision, optimizer)
     return shard_model_states(per, n_params, n, strategy)
 
@@ -279,12 +271,12 @@ def transformer_layer_activation_parts(seq_len: int, hidden: int, heads: int, ba
     the part ``softmax stats`` (0 for eager). Left out: the layer norms' mean and rstd (4 s b
     values per layer), which tests/test_memory_torch.py measures on top.
     """
-    s = _check_int("seq_len", seq_len, 1)
-    h = _check_int("hidden", hidden, 1)
-    a = _check_int("heads", heads, 1)
-    b = _check_int("batch", batch, 1)
-    w = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)].activation_bytes
-    eager = _check_choice("attention", attention, ATTENTIONS) == "eager"
+    s = check_int(seq_len, "seq_len", 1)
+    h = check_int(hidden, "hidden", 1)
+    a = check_int(heads, "heads", 1)
+    b = check_int(batch, "batch", 1)
+    w = PRECISION_MODES[check_choice(precision, "precision", PRECISION_MODES)].activation_bytes
+    eager = check_choice(attention, "attention", ATTENTIONS) == "eager"
     sbh, as2b = s * b * h, a * s * s * b
     return {
         "elements": float((16 * sbh + (2 * as2b if eager else 0)) * w),
@@ -313,8 +305,8 @@ def resnet50_activation_bytes(image_size: int = 224,
     max-pool's int64 indices I (8 bytes each at any precision): here E x w + I. (Under
     ``torch.autocast`` batch norm runs in fp32; this treats every map as w bytes: an estimate.)
     """
-    size = _check_int("image_size", image_size, 1)
-    w = PRECISION_MODES[_check_choice("precision", precision, PRECISION_MODES)].activation_bytes
+    size = check_int(image_size, "image_size", 1)
+    w = PRECISION_MODES[check_choice(precision, "precision", PRECISION_MODES)].activation_bytes
     index = resnet50_maxpool_index_bytes(size)
     elements = (resnet50_activation_bytes_per_sample(size) - index) / 4
     return float(elements * w + index)
@@ -339,8 +331,8 @@ def activation_bytes_per_sample(model: ModelPreset, precision: str = DEFAULT_PRE
       its bytes are masks or attention scores.
     """
     _check_model(model)
-    _check_choice("precision", precision, PRECISION_MODES)
-    _check_choice("attention", attention, ATTENTIONS)
+    check_choice(precision, "precision", PRECISION_MODES)
+    check_choice(attention, "attention", ATTENTIONS)
     shape = _shape_of(model)
     if shape is not None:
         return shape.layers * transformer_layer_activation_bytes(
@@ -384,13 +376,11 @@ def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer
     with n = 1 there is no other GPU and "dp_other" is all 0.0.
     """
     _check_model(model)
-    n = check_num_gpus(num_gpus)
-    if n < 1:
-        raise ValueError(f"num_gpus must be >= 1, got {n}")
-    b = _check_int("batch_size", batch_size, 1)
-    _check_choice("optimizer", optimizer, _MOMENTS)
+    n = check_ranks(num_gpus)
+    b = check_int(batch_size, "batch_size", 1)
+    check_choice(optimizer, "optimizer", _MOMENTS)
     mode = _precision(precision, dtype)
-    _check_choice("attention", attention, ATTENTIONS)
+    check_choice(attention, "attention", ATTENTIONS)
     if not isinstance(gradient_as_bucket_view, bool):
         raise TypeError("gradient_as_bucket_view must be True or False, got "
                         f"{gradient_as_bucket_view!r}")
@@ -492,18 +482,14 @@ def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: st
 # --- does it fit ----------------------------------------------------------------------------
 
 
-def _check_bytes(name: str, value) -> float:
-    return check_real(value, name, 0.0, what="a number of bytes")
-
-
 def fits(bytes_needed: float, capacity_bytes: float) -> bool:
     """True when ``bytes_needed`` <= ``capacity_bytes`` (a GPU's memory, in bytes).
 
     The memory model is an upper bound on what the step holds but leaves out the CUDA context,
     workspaces and fragmentation: a "fits" within a few GB of the capacity is not a promise.
     """
-    return _check_bytes("bytes_needed", bytes_needed) <= _check_bytes("capacity_bytes",
-                                                                      capacity_bytes)
+    return (check_real(bytes_needed, "bytes_needed", 0.0)
+            <= check_real(capacity_bytes, "capacity_bytes", 0.0))
 
 
 def fit_verdicts(memory: dict[str, dict[str, float]], capacity_bytes: float) -> dict[str, bool]:
@@ -511,7 +497,7 @@ def fit_verdicts(memory: dict[str, dict[str, float]], capacity_bytes: float) -> 
 
     GPUs that hold nothing (DP's "dp_other" at n = 1) are left out.
     """
-    capacity = _check_bytes("capacity_bytes", capacity_bytes)
+    capacity = check_real(capacity_bytes, "capacity_bytes", 0.0)
     return {gpu: fits(total_bytes(parts), capacity) for gpu, parts in memory.items()
             if total_bytes(parts) > 0}
 

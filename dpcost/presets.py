@@ -10,10 +10,9 @@ Pure Python on purpose, so the explorer and the notebooks can import it cheaply.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
-from dpcost.core import check_int
+from dpcost.core import check_int, check_real
 
 __all__ = [
     "DTYPE_BYTES",
@@ -319,10 +318,6 @@ MODELS: dict[str, ModelPreset] = {
 }
 
 
-def _check_count(name: str, value, minimum: int) -> int:
-    return check_int(value, name, minimum)
-
-
 # The largest count a model here may have: 10^18 parameters, about 14,500 times Llama-2 70B.
 # Far beyond any model, and its bytes (16 per parameter) stay exact in a float's range.
 MAX_COUNT = 10**18
@@ -330,7 +325,7 @@ MAX_COUNT = 10**18
 
 def check_parameter_count(value, name: str = "parameters") -> int:
     """``value`` as an int in [0, MAX_COUNT]; errors name ``name``."""
-    count = _check_count(name, value, 0)
+    count = check_int(value, name, 0)
     if count > MAX_COUNT:
         digits = len(str(count))
         raise ValueError(f"{name} must be at most 10**18, got "
@@ -343,17 +338,12 @@ def custom_model(parameters: int, output_elements_per_sample: int = 1000,
     """A ModelPreset for any model: its parameter count, outputs and fp32 activations per sample."""
     parameters = check_parameter_count(parameters)
     outputs = check_parameter_count(output_elements_per_sample, "output_elements_per_sample")
-    act = activation_bytes_per_sample
-    if isinstance(act, bool) or not isinstance(act, numbers.Real):
-        raise TypeError("activation_bytes_per_sample must be a number of bytes, got "
-                        f"{type(act).__name__} {act!r}")
-    if not float(act) >= 0 or float(act) == float("inf"):
-        raise ValueError(f"activation_bytes_per_sample must be finite and >= 0, got {act!r}")
+    act = check_real(activation_bytes_per_sample, "activation_bytes_per_sample", 0.0)
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
     return ModelPreset(name=name, parameters=parameters, source="user-defined", kind="custom",
                        output_elements_per_sample=outputs,
-                       activation_bytes_per_sample=float(act), default_batch_size=1)
+                       activation_bytes_per_sample=act, default_batch_size=1)
 
 
 # --- interconnects --------------------------------------------------------------------------

@@ -61,14 +61,9 @@ __all__ = [
 ]
 
 
-def _real(value, name: str, minimum: float = 0.0, strict: bool = False) -> float:
-    """``value`` as a finite float >= minimum (> if strict); errors name the parameter."""
-    return check_real(value, name, minimum, strict)
-
-
 def _link(bandwidth_bytes_per_s, latency_s) -> tuple[float, float]:
-    return (_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", strict=True),
-            _real(latency_s, "latency_s"))
+    return (check_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", 0.0, strict=True),
+            check_real(latency_s, "latency_s", 0.0))
 
 
 def check_sizes(values, name: str) -> list[float]:
@@ -77,7 +72,7 @@ def check_sizes(values, name: str) -> list[float]:
     if isinstance(values, str) or not isinstance(values, Sequence):
         raise TypeError(f"{name} must be a sequence of byte counts, got "
                         f"{type(values).__name__} {values!r}")
-    return [_real(v, f"{name}[{i}]") for i, v in enumerate(values)]
+    return [check_real(v, f"{name}[{i}]", 0.0) for i, v in enumerate(values)]
 
 
 # --- all-reduce -------------------------------------------------------------------------------
@@ -92,7 +87,7 @@ def ring_allreduce_terms(size_bytes, num_gpus, bandwidth_bytes_per_s,
     (full duplex: every rank sends and receives at once). (0.0, 0.0) for n <= 1. ValueError
     when the time is past a float's range.
     """
-    S = _real(size_bytes, "size_bytes")
+    S = check_real(size_bytes, "size_bytes", 0.0)
     n = check_num_gpus(num_gpus)
     beta, alpha = _link(bandwidth_bytes_per_s, latency_s)
     if n <= 1:
@@ -156,17 +151,13 @@ def hierarchical_allreduce_time(size_bytes, gpus_per_node, num_nodes, intra_band
 
     Returns {"intra_reduce_scatter", "inter_allreduce", "intra_all_gather", "total"}.
     """
-    S = _real(size_bytes, "size_bytes")
-    g = check_num_gpus(gpus_per_node)
-    nodes = check_num_gpus(num_nodes)
-    if g < 1:
-        raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node!r}")
-    if nodes < 1:
-        raise ValueError(f"num_nodes must be >= 1, got {num_nodes!r}")
-    b_i = _real(intra_bandwidth_bytes_per_s, "intra_bandwidth_bytes_per_s", strict=True)
-    a_i = _real(intra_latency_s, "intra_latency_s")
-    b_e = _real(inter_bandwidth_bytes_per_s, "inter_bandwidth_bytes_per_s", strict=True)
-    a_e = _real(inter_latency_s, "inter_latency_s")
+    S = check_real(size_bytes, "size_bytes", 0.0)
+    g = check_int(gpus_per_node, "gpus_per_node", 1)
+    nodes = check_int(num_nodes, "num_nodes", 1)
+    b_i = check_real(intra_bandwidth_bytes_per_s, "intra_bandwidth_bytes_per_s", 0.0, strict=True)
+    a_i = check_real(intra_latency_s, "intra_latency_s", 0.0)
+    b_e = check_real(inter_bandwidth_bytes_per_s, "inter_bandwidth_bytes_per_s", 0.0, strict=True)
+    a_e = check_real(inter_latency_s, "inter_latency_s", 0.0)
     half = (g - 1) * a_i + (g - 1) / g * S / b_i
     inter = 2 * (nodes - 1) * a_e + 2 * (nodes - 1) / nodes * (S / g) / b_e
     return {"intra_reduce_scatter": half, "inter_allreduce": inter, "intra_all_gather": half,
@@ -185,20 +176,18 @@ def flat_ring_multinode_time(size_bytes, gpus_per_node, num_nodes, intra_bandwid
     With N = 1 it is the ring inside the node. Compare ``hierarchical_allreduce_time``, whose
     inter-node part pays 2 (N-1) latencies instead of 2 (n-1) and moves S/g per NIC.
     """
-    S = _real(size_bytes, "size_bytes")
-    g = check_num_gpus(gpus_per_node)
-    nodes = check_num_gpus(num_nodes)
-    if g < 1 or nodes < 1:
-        raise ValueError(f"gpus_per_node and num_nodes must be >= 1, got {g!r}, {nodes!r}")
+    S = check_real(size_bytes, "size_bytes", 0.0)
+    g = check_int(gpus_per_node, "gpus_per_node", 1)
+    nodes = check_int(num_nodes, "num_nodes", 1)
     if isinstance(rings, bool) or not isinstance(rings, numbers.Integral) or not 1 <= rings <= g:
         raise ValueError(f"rings must be an integer between 1 and gpus_per_node, got {rings!r}")
     r = int(rings)
     if nodes == 1:
         return ring_allreduce_time(S, g, intra_bandwidth_bytes_per_s, intra_latency_s)
-    _real(intra_bandwidth_bytes_per_s, "intra_bandwidth_bytes_per_s", strict=True)
-    _real(intra_latency_s, "intra_latency_s")
-    b_e = _real(inter_bandwidth_bytes_per_s, "inter_bandwidth_bytes_per_s", strict=True)
-    a_e = _real(inter_latency_s, "inter_latency_s")
+    check_real(intra_bandwidth_bytes_per_s, "intra_bandwidth_bytes_per_s", 0.0, strict=True)
+    check_real(intra_latency_s, "intra_latency_s", 0.0)
+    b_e = check_real(inter_bandwidth_bytes_per_s, "inter_bandwidth_bytes_per_s", 0.0, strict=True)
+    a_e = check_real(inter_latency_s, "inter_latency_s", 0.0)
     n = g * nodes
     return 2 * (n - 1) * (a_e + S / (n * b_e * r))
 
@@ -230,8 +219,8 @@ def transformer_training_flops(parameters, tokens) -> float:
     """
     from dpcost.presets import TRAINING_FLOPS_PER_PARAMETER_TOKEN
 
-    return (TRAINING_FLOPS_PER_PARAMETER_TOKEN * _real(parameters, "parameters")
-            * _real(tokens, "tokens"))
+    return (TRAINING_FLOPS_PER_PARAMETER_TOKEN * check_real(parameters, "parameters", 0.0)
+            * check_real(tokens, "tokens", 0.0))
 
 
 def resnet50_training_flops(images, image_size: int = 224) -> float:
@@ -242,10 +231,8 @@ def resnet50_training_flops(images, image_size: int = 224) -> float:
     """
     from dpcost.presets import resnet50_forward_macs_per_image
 
-    if isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral) \
-            or image_size < 32:
-        raise ValueError(f"image_size must be an integer >= 32, got {image_size!r}")
-    return 3 * 2 * resnet50_forward_macs_per_image(int(image_size)) * _real(images, "images")
+    size = check_int(image_size, "image_size", 32)
+    return 3 * 2 * resnet50_forward_macs_per_image(size) * check_real(images, "images", 0.0)
 
 
 def compute_time(flops, peak_flops_per_s, utilisation=defaults.UTILISATION) -> float:
@@ -255,9 +242,9 @@ def compute_time(flops, peak_flops_per_s, utilisation=defaults.UTILISATION) -> f
     reaches (model FLOPs utilisation); 0.4 is an assumption, not a measurement: reported
     large-model runs reach about 0.3-0.5 (PaLM, Chowdhery et al. 2022, report 46.2 %).
     """
-    f = _real(flops, "flops")
-    peak = _real(peak_flops_per_s, "peak_flops_per_s", strict=True)
-    u = _real(utilisation, "utilisation", strict=True)
+    f = check_real(flops, "flops", 0.0)
+    peak = check_real(peak_flops_per_s, "peak_flops_per_s", 0.0, strict=True)
+    u = check_real(utilisation, "utilisation", 0.0, strict=True)
     if u > 1:
         raise ValueError(f"utilisation must be <= 1, got {utilisation!r}")
     seconds = f / peak / u  # not f / (peak * u): that product can underflow to 0
@@ -326,9 +313,9 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
     Exposed communication is what runs past the end of backward; the optimizer waits for the
     last bucket. Total: ``max(backward end, last all-reduce end) + optimizer``.
     """
-    fwd = _real(forward_s, "forward_s")
-    bwd = _real(backward_s, "backward_s")
-    opt = _real(optimizer_s, "optimizer_s")
+    fwd = check_real(forward_s, "forward_s", 0.0)
+    bwd = check_real(backward_s, "backward_s", 0.0)
+    opt = check_real(optimizer_s, "optimizer_s", 0.0)
     sizes = check_sizes(bucket_bytes, "bucket_bytes")
     n = check_num_gpus(num_gpus)
     _link(bandwidth_bytes_per_s, latency_s)
@@ -400,10 +387,10 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
     """
     from dpcost.dataparallel_traffic import dp_path_traffic
 
-    fwd = _real(forward_s, "forward_s")
-    bwd = _real(backward_s, "backward_s")
-    loss = _real(loss_s, "loss_s")
-    opt = _real(optimizer_s, "optimizer_s")
+    fwd = check_real(forward_s, "forward_s", 0.0)
+    bwd = check_real(backward_s, "backward_s", 0.0)
+    loss = check_real(loss_s, "loss_s", 0.0)
+    opt = check_real(optimizer_s, "optimizer_s", 0.0)
     beta, alpha = _link(bandwidth_bytes_per_s, latency_s)
     n = check_num_gpus(num_gpus)
     rows = dp_path_traffic(param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes,
@@ -443,7 +430,8 @@ def communication_hidden(compute_s, communication_s) -> bool:
     Austin et al. 2025, "How to Scale Your Model" (jax-ml.github.io/scaling-book), data
     parallelism: compute-bound when T_math > T_comms.
     """
-    return _real(compute_s, "compute_s") >= _real(communication_s, "communication_s")
+    return (check_real(compute_s, "compute_s", 0.0)
+            >= check_real(communication_s, "communication_s", 0.0))
 
 
 # --- gloo's framing: bytes on the wire beyond the payload ---------------------------------
@@ -473,10 +461,11 @@ def gloo_ring_allreduce_messages(size_bytes, num_gpus, element_bytes=4,
     bytes; reduce-scatter and all-gather each send ``numSegments - numSegments / n`` of them,
     skipping segments that start past the end of the buffer (only tiny buffers have any).
     """
-    S = int(_real(size_bytes, "size_bytes"))
+    S = int(check_real(size_bytes, "size_bytes", 0.0))
     n = check_num_gpus(num_gpus)
     e = check_int(element_bytes, "element_bytes", 1)
-    max_seg = e * max(1, int(_real(max_segment_bytes, "max_segment_bytes", strict=True)) // e)
+    max_seg = check_real(max_segment_bytes, "max_segment_bytes", 0.0, strict=True)
+    max_seg = e * max(1, int(max_seg) // e)
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < max(
             n, 1):
         raise ValueError(f"rank must be an integer in [0, num_gpus), got {rank!r}")
@@ -506,8 +495,8 @@ def gloo_framing_bytes(messages_sent, messages_received) -> tuple[float, float]:
     Per message sent: 2 preambles out (notify + data), 1 in (the receiver's notify); per
     message received, the mirror: 2 in, 1 out.
     """
-    s = _real(messages_sent, "messages_sent")
-    r = _real(messages_received, "messages_received")
+    s = check_real(messages_sent, "messages_sent", 0.0)
+    r = check_real(messages_received, "messages_received", 0.0)
     p = GLOO_PREAMBLE_BYTES
     return 2 * p * s + p * r, 2 * p * r + p * s
 
@@ -533,7 +522,7 @@ def ddp_gloo_framing_per_step(bucket_bytes, num_gpus, steps=1, element_bytes=4,
     """
     sizes = check_sizes(bucket_bytes, "bucket_bytes")
     n = check_num_gpus(num_gpus)
-    steps = _real(steps, "steps", strict=True)
+    steps = check_real(steps, "steps", 0.0, strict=True)
     if n <= 1:
         return 0.0, 0.0
     out = sum(gloo_ring_allreduce_messages(b, n, element_bytes, rank=rank) for b in sizes)

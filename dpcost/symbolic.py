@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sympy as sp
 
+from dpcost.core import check_choice
+
 __all__ = [
     "n", "P", "S", "alpha", "beta", "k",
     "dp_volume_expr", "ddp_volume_expr", "dp_gpu0_memory_multiplier_expr",
@@ -201,8 +203,7 @@ def chunked_dp_time_expr(path: str = "copy") -> sp.Expr:
     """DataParallel's broadcast and reduce of S in C chunks each way, on GPU0's link: latency
     ``2 C (n - 1) alpha``; bytes ``2 (n - 1) S / beta`` on the copy path (star), ``2 S / beta``
     on the NCCL path (chain). Seconds."""
-    if path not in ("copy", "nccl"):
-        raise ValueError(f"path must be 'copy' or 'nccl', got {path!r}")
+    check_choice(path, "path", ("copy", "nccl"))
     volume = 2 * (n - 1) * S if path == "copy" else 2 * S
     return 2 * C * (n - 1) * alpha + volume / beta
 

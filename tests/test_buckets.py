@@ -12,6 +12,8 @@ from dpcost.buckets import (
     compute_bucket_assignment_by_size,
     ddp_bucket_caps,
     ddp_bucket_sizes,
+    ddp_buckets_from_sizes,
+    ddp_rebuilt_buckets,
 )
 
 MiB = 2**20
@@ -64,17 +66,6 @@ def test_bucket_sizes_per_parameter_match_torch_reducer(seed):
     assert ddp_bucket_sizes([4 * numels[i] for i in ready_order]) == torch_sizes
 
 
-def test_bad_bucket_inputs():
-    with pytest.raises(ValueError, match="bucket_cap_bytes"):
-        ddp_bucket_sizes(100, bucket_cap_bytes=0)
-    with pytest.raises(ValueError, match="grad_bytes"):
-        ddp_bucket_sizes(-5)
-    with pytest.raises(TypeError, match=r"grad_bytes\[1\]"):
-        ddp_bucket_sizes([1, "2"])
-    with pytest.raises(TypeError, match="grad_bytes"):
-        ddp_bucket_sizes("100")
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_bucket_assignment_matches_torch(seed):
     import torch
@@ -107,21 +98,6 @@ def test_bucket_assignment_matches_torch(seed):
         assert ours_ix == torch_ix
 
 
-def test_bucket_assignment_bad_inputs():
-    with pytest.raises(TypeError, match="tensor_bytes"):
-        compute_bucket_assignment_by_size(100, [10])
-    with pytest.raises(ValueError, match="bucket_size_limits"):
-        compute_bucket_assignment_by_size([1], [])
-    with pytest.raises(ValueError, match="dtypes"):
-        compute_bucket_assignment_by_size([1, 2], [10], dtypes=["a"])
-    with pytest.raises(ValueError, match="tensor_indices"):
-        compute_bucket_assignment_by_size([1, 2], [10], tensor_indices=[0])
-    with pytest.raises(ValueError, match=r"tensor_bytes\[1\]"):
-        compute_bucket_assignment_by_size([1, -2], [10])
-    with pytest.raises(ValueError, match=r"bucket_size_limits\[0\]"):
-        compute_bucket_assignment_by_size([1], [-1])
-
-
 def test_bucket_assignment_closes_a_bucket_once_it_reaches_its_cap():
     assert bucket_assignment([4, 4, 4, 4], [8]) == [[0, 1], [2, 3]]
     assert bucket_assignment([3, 3, 3], [4, 100]) == [[0, 1], [2]]  # overshoots, first cap
@@ -147,12 +123,31 @@ def test_ddp_bucket_caps():
     assert ddp_bucket_caps(0.5) == [2**19]  # an explicit cap applies to the first too
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: ddp_bucket_caps(0), "bucket_cap_mb"),
-    (lambda: ddp_bucket_caps(-1.5), "bucket_cap_mb"),
-    (lambda: bucket_assignment([1], [0]), "caps"),
-    (lambda: bucket_assignment([1], []), "caps"),
+@pytest.mark.parametrize("call, error, parameter", [
+    (lambda: ddp_bucket_sizes(100, bucket_cap_bytes=0), ValueError, "bucket_cap_bytes"),
+    (lambda: ddp_bucket_sizes(100, first_bucket_bytes=-1), ValueError, "first_bucket_bytes"),
+    (lambda: ddp_bucket_sizes(-5), ValueError, "grad_bytes"),
+    (lambda: ddp_bucket_sizes("100"), TypeError, "grad_bytes"),
+    (lambda: ddp_bucket_sizes([1, "2"]), TypeError, "grad_bytes[1]"),
+    (lambda: ddp_buckets_from_sizes([1, -2], first_iteration=True), ValueError,
+     "ready_order_bytes[1]"),
+    (lambda: compute_bucket_assignment_by_size(100, [10]), TypeError, "tensor_bytes"),
+    (lambda: compute_bucket_assignment_by_size([1, -2], [10]), ValueError, "tensor_bytes[1]"),
+    (lambda: compute_bucket_assignment_by_size([1], []), ValueError, "bucket_size_limits"),
+    (lambda: compute_bucket_assignment_by_size([1], [-1]), ValueError, "bucket_size_limits[0]"),
+    (lambda: compute_bucket_assignment_by_size([1, 2], [10], dtypes=["a"]), ValueError,
+     "dtypes"),
+    (lambda: compute_bucket_assignment_by_size([1, 2], [10], tensor_indices=[0]), ValueError,
+     "tensor_indices"),
+    (lambda: bucket_assignment([1, -2], [5]), ValueError, "sizes_bytes[1]"),
+    (lambda: bucket_assignment([1], [0]), ValueError, "caps[0]"),
+    (lambda: bucket_assignment([1], []), ValueError, "caps"),
+    (lambda: ddp_bucket_caps(0), ValueError, "bucket_cap_mb"),
+    (lambda: ddp_bucket_caps(1e-9), ValueError, "bucket_cap_mb"),
+    (lambda: ddp_rebuilt_buckets([1], small_last_bucket=1), ValueError, "small_last_bucket"),
+    (lambda: ddp_rebuilt_buckets([1, -2]), ValueError, "sizes_bytes[1]"),
 ])
-def test_bad_caps_name_the_parameter(call, name):
-    with pytest.raises(ValueError, match=name):
+def test_bad_input_names_the_parameter(call, error, parameter):
+    with pytest.raises(error) as info:
         call()
+    assert parameter in str(info.value)

@@ -68,12 +68,3 @@ def test_matches_torch_reversed_assignment():
         [tensors[i] for i in order], bk.ddp_bucket_caps(), [False] * len(numels), order)
     expected = [sorted(bucket) for bucket in reversed(theirs)]
     assert bk.ddp_rebuilt_buckets([4 * k for k in numels], small_last_bucket=True) == expected
-
-
-def test_bad_input_names_the_parameter():
-    with pytest.raises(ValueError, match="small_last_bucket"):
-        bk.ddp_rebuilt_buckets([1], small_last_bucket=1)
-    with pytest.raises(ValueError, match="bucket_cap_mb"):
-        bk.ddp_rebuilt_buckets([1], bucket_cap_mb=0)
-    with pytest.raises(ValueError, match=r"sizes_bytes\[1\]"):
-        bk.ddp_rebuilt_buckets([1, -2])

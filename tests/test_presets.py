@@ -205,21 +205,27 @@ def test_dtype_bytes_match_torch():
         assert DTYPE_BYTES[name] == torch.tensor([], dtype=dtype).element_size()
 
 
-def test_custom_model_and_its_errors():
+def test_custom_model():
     m = custom_model(1000, output_elements_per_sample=10, activation_bytes_per_sample=64)
     assert (m.parameters, m.output_elements_per_sample, m.activation_bytes_per_sample) == (
         1000, 10, 64.0)
+    assert type(m.activation_bytes_per_sample) is float
     assert m.name == "custom" and custom_model(5, name="tiny").name == "tiny"
-    with pytest.raises(TypeError, match="parameters"):
-        custom_model(1.5)
-    with pytest.raises(ValueError, match="parameters"):
-        custom_model(-1)
-    with pytest.raises(ValueError, match="output_elements_per_sample"):
-        custom_model(10, output_elements_per_sample=-3)
-    with pytest.raises(ValueError, match="activation_bytes_per_sample"):
-        custom_model(10, activation_bytes_per_sample=float("nan"))
-    with pytest.raises(TypeError, match="activation_bytes_per_sample"):
-        custom_model(10, activation_bytes_per_sample="1GB")
+
+
+@pytest.mark.parametrize("kwargs, error, parameter", [
+    ({"parameters": 1.5}, TypeError, "parameters"),
+    ({"parameters": -1}, ValueError, "parameters"),
+    ({"parameters": 10**18 + 1}, ValueError, "parameters"),
+    ({"output_elements_per_sample": -3}, ValueError, "output_elements_per_sample"),
+    ({"activation_bytes_per_sample": float("nan")}, ValueError, "activation_bytes_per_sample"),
+    ({"activation_bytes_per_sample": "1GB"}, TypeError, "activation_bytes_per_sample"),
+    ({"name": 7}, TypeError, "name"),
+])
+def test_bad_input_names_the_parameter(kwargs, error, parameter):
+    with pytest.raises(error) as info:
+        custom_model(**{"parameters": 10, **kwargs})
+    assert parameter in str(info.value)
 
 
 # --- GPUs, FLOPs and where the exact counts come from ----------------------------------------

@@ -14,7 +14,7 @@ import time
 
 from dpcost import defaults
 from dpcost.memory import TRAINING_PRECISIONS
-from dpcost.plan.build import PlanError, build_module, example_input
+from dpcost.plan.build import PlanError, build_module, example_input, positive_count
 from dpcost.plan.costs import Settings, costs, gpus_that_fit
 from dpcost.setting import ModelFacts
 
@@ -38,16 +38,10 @@ def _gpu(name):
     raise PlanError("--gpu", f"must be one of {', '.join([*GPU_NAMES, *GPUS])}, got {name!r}")
 
 
-def _count(parameter, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PlanError(parameter, f"must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
               find_unused_parameters, gradient_as_bucket_view, utilisation) -> Settings:
-    n = _count("--gpus", gpus)
-    g = _count("--gpus-per-node", gpus_per_node)
+    n = positive_count("--gpus", gpus)
+    g = positive_count("--gpus-per-node", gpus_per_node)
     if n > g and n % g:
         raise PlanError("--gpus", f"{n} GPUs beyond one node must be a multiple of "
                         f"--gpus-per-node ({g})")
@@ -146,7 +140,7 @@ def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PE
         if model.precision != precision:
             raise PlanError("--precision", f"the model facts are for {model.precision}, got "
                             f"{precision!r}")
-        facts = _scaled(model, _count("--batch", 1 if batch is None else batch))
+        facts = _scaled(model, positive_count("--batch", 1 if batch is None else batch))
         built_name, built_on = facts.name, "nothing (model facts given)"
     else:
         facts, built_name, built_on = traced_facts(model, precision, input_shape, batch, seq)

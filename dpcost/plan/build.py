@@ -144,9 +144,10 @@ def parse_input_shape(text) -> tuple[int, ...]:
     return shape
 
 
-def _positive(name, value):
+def positive_count(parameter, value):
+    """``value`` if it is an int >= 1; PlanError naming ``parameter`` (an option) otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlanError(name, f"must be an integer >= 1, got {value!r}")
+        raise PlanError(parameter, f"must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -172,13 +173,13 @@ def example_input(built: BuiltModule, device, dtype, input_shape=None, batch=Non
         raise PlanError("--input-shape", "give --input-shape or --batch/--seq, not both")
     if input_shape is not None:
         shape = parse_input_shape(input_shape) if isinstance(input_shape, str) \
-            else tuple(_positive("--input-shape", s) for s in input_shape)
+            else tuple(positive_count("--input-shape", s) for s in input_shape)
         return (torch.zeros(shape, dtype=dtype, device=device),
                 f"float input {tuple(shape)}, {str(dtype).removeprefix('torch.')}")
     if batch is not None:
-        _positive("--batch", batch)
+        positive_count("--batch", batch)
     if seq is not None:
-        _positive("--seq", seq)
+        positive_count("--seq", seq)
         _first_embedding_rows(built.module)
         b = 1 if batch is None else batch
         return (torch.zeros((b, seq), dtype=torch.long, device=device),
