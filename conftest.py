@@ -46,6 +46,7 @@ UNTIMED = (
     "tests/test_measure_scenarios.py",
     "tests/test_measure_traffic.py",
     "tests/test_measure_strategies.py",
+    "tests/test_measure_hsdp.py",
     "tests/test_examples.py",
     "tests/test_migration_check.py",
     "tests/test_plan_ddp.py",

@@ -470,8 +470,12 @@ def format_table(result: Result, keys=None) -> str:
             f"({s.nodes} node(s) of {min(s.gpus, s.gpus_per_node)}), global batch {s.batch}")
     lines = [head, f"{'strategy':<20}{'busiest link':>14}{'across nodes':>14}{'step':>10}"
                    f"{'exposed':>10}{'memory':>11}  fits"]
+    unmodelled = []
     for key, r in result.strategies.items():
         if keys is not None and key not in keys:
+            continue
+        if r.available and r.busiest_bytes is None:
+            unmodelled.append(r.label)
             continue
         if not r.available:
             lines.append(f"{r.label:<20}  {r.reason}")
@@ -485,4 +489,7 @@ def format_table(result: Result, keys=None) -> str:
         lines.append(f"{r.label:<20}{b(r.busiest_bytes):>14}{b(r.inter_node_bytes):>14}"
                      f"{step:>10}{exposed:>10}{b(sum(r.memory.values())):>11}  "
                      f"{'yes' if r.fits else 'NO'}")
+    if unmodelled:
+        lines.append(f"(no bytes or step at this level: {', '.join(unmodelled)}; "
+                     "lesson 08's ladder measures them)")
     return "\n".join(lines)

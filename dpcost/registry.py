@@ -89,7 +89,7 @@ STRATEGIES = (
              ladder="FSDP full sharding", scenario="fsdp",
              source="torch.distributed.fsdp.fully_shard (reshard_after_forward=True)"),
     Strategy("hsdp", "HSDP", "#b9770e", sharded=MODEL_STATES, shard_group="node",
-             ladder=None, scenario=None,
+             ladder="HSDP", scenario="hsdp",
              source="fully_shard on a 2-D DeviceMesh (replicate, shard): "
                     "_fsdp_collectives.py: foreach_reduce reduce-scatters in the shard group, "
                     "then all-reduces the shard in the replicate group"),

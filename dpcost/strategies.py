@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dpcost import registry
+from dpcost import defaults, registry
 from dpcost.core import (
     check_choice,
     check_int,
@@ -81,7 +81,7 @@ __all__ = [
     "bytes_per_parameter", "model_state_bytes", "ring_allreduce_bytes", "allgather_bytes",
     "reduce_scatter_bytes", "broadcast_bytes",
     "allreduce_latency_s", "dp_copy_path", "dp_nccl_path", "ddp", "accumulation",
-    "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp",
+    "compress_hook", "powersgd", "powersgd_elements", "zero1", "zero1_partition", "fsdp", "hsdp",
     "fsdp_shard_rows", "fsdp_padded_param_bytes", "fsdp_local_numel",
     "ladder", "LADDER", "ladder_model_states", "STATE_DEFINITIONS", "H100_SXM_MEMORY_BYTES",
 ]
@@ -517,6 +517,77 @@ def fsdp(param_bytes, num_gpus, reshard_after_forward: bool = True, backend: str
                            if backend == "gloo" else ""))
 
 
+def hsdp(param_bytes, num_gpus, shard_size, backend: str = "nccl",
+         num_units: int = 1, num_params=None, precision=DEFAULT_PRECISION,
+         optimizer="adam", local_numel=None,
+         reshard_after_forward: bool = True) -> StrategyCost:
+    """HSDP (``fully_shard`` on a 2-D ``DeviceMesh`` (replicate, shard)) per rank per step, for
+    ``num_units`` sharded modules: shard groups of s = ``shard_size`` ranks, replicate groups
+    of m = n / s.
+
+    Derivation, per unit, from FSDP2's code in torch 2.13:
+
+    - forward: ``FSDPParamGroup.pre_forward`` -> ``foreach_all_gather`` over
+      ``_all_gather_process_group``, the shard group (``mesh_info.shard_process_group``):
+      every rank gathers the unit's P_u from s shards, (s-1)/s P_u sent and received;
+    - backward, with full resharding: the same all-gather again, (s-1)/s P_u;
+    - ``FSDPParamGroup.post_backward`` -> ``_fsdp_collectives.foreach_reduce``: a
+      reduce-scatter of the unit's whole gradient G_u = P_u in ``reduce_scatter_group``, the
+      shard group (``reduce_scatter_bytes``: on gloo ``ProcessGroupGloo::_reduce_scatter_base``
+      -> ``reduce_scatter_tensor_coalesced`` clones the input and all-reduces it, 2 (s-1)/s
+      P_u; on NCCL a true reduce-scatter, (s-1)/s P_u); then, since ``all_reduce_group`` is
+      not None (``HSDPMeshInfo`` is a ``DDPMeshInfo``: ``_all_reduce_process_group``, the
+      replicate group), ``dist.all_reduce(reduce_output, group=all_reduce_group)`` of this
+      rank's shard, P_u / s bytes, a ring: 2 (m-1)/m P_u / s.
+
+    Summed over the units (P = sum of P_u, padded to s chunks: ``fsdp_padded_param_bytes``
+    with s): sent = received = 2 (s-1)/s P + 2 (s-1)/s P + 2 (m-1)/m P / s on gloo (4 ranks,
+    s = m = 2: P/2 + P/2 + P + P/2 = 2.5 P; flat FSDP on the same 4 ranks, 3 P), and
+    (s-1)/s P (x 2) + (s-1)/s P + 2 (m-1)/m P / s on NCCL (2 P). The first three terms cross
+    the shard group, the last the replicate group (``extra``: ``shard_group_bytes``,
+    ``replicate_group_bytes``). Without resharding, one all-gather less.
+
+    Messages: per unit 2 all-gathers (1 without resharding), 1 reduce-scatter and 1
+    all-reduce; FSDP2 calls the all-reduce even when m = 1 (a group of one rank, no bytes).
+
+    Model state: the rank's shards over the shard group, (p + g + K) x ``local_numel``
+    (``fsdp_local_numel`` with s; default Psi / s), as ``fsdp_model_states`` with n = s; the
+    peak adds p Psi without resharding.
+    """
+    p, n = check_real(param_bytes, "param_bytes", 0.0), check_ranks(num_gpus)
+    s = check_int(shard_size, "shard_size", 1)
+    check_choice(backend, "backend", BACKENDS)
+    if not isinstance(reshard_after_forward, bool):
+        raise TypeError(f"reshard_after_forward must be a bool, got {reshard_after_forward!r}")
+    if n % s:
+        raise ValueError(f"shard_size must divide num_gpus (a (num_gpus / shard_size, "
+                         f"shard_size) mesh), got shard_size {s} and num_gpus {n}")
+    m = n // s
+    units = check_int(num_units, "num_units", 1)
+    gathers = 2 if reshard_after_forward else 1
+    shard_bytes = gathers * allgather_bytes(p, s) + reduce_scatter_bytes(p, s, backend)
+    replicate_bytes = ring_allreduce_bytes(p / s, m)
+    v = shard_bytes + replicate_bytes
+    states = peak = None
+    if num_params is not None:
+        local = None if local_numel is None else check_real(local_numel, "local_numel", 0.0)
+        states, peak = fsdp_model_states(check_real(num_params, "num_params", 0.0), s,
+                                         reshard_after_forward,
+                                         *bytes_per_parameter(precision, optimizer), local)
+    rs = "2(s-1)/s P" if backend == "gloo" else "(s-1)/s P"
+    ag = "2 x (s-1)/s P" if reshard_after_forward else "(s-1)/s P"
+    return StrategyCost(
+        "HSDP" if reshard_after_forward else "HSDP no reshard", v, v, (gathers + 2) * units,
+        states, peak, f"{ag} (all-gather) + {rs} (reduce-scatter) + 2(m-1)/m P/s "
+        f"(all-reduce) on {backend}, s = {s}, m = {m}",
+        "torch.distributed.fsdp.fully_shard on a 2-D DeviceMesh (replicate, shard): "
+        "all-gathers in the shard group, _fsdp_collectives.py: foreach_reduce reduce-scatters "
+        "in the shard group (an all-reduce on gloo: ProcessGroupGloo.cpp), then all-reduces "
+        "the shard in the replicate group",
+        {"shard_size": s, "replicate_size": m, "shard_group_bytes": shard_bytes,
+         "replicate_group_bytes": replicate_bytes})
+
+
 def fsdp_model_states(psi, n, reshard_after_forward: bool, p, g, k, local_numel=None) -> tuple:
     """FSDP's model state per rank, (after the step, peak) in bytes: the rank's shards,
     (p + g + K) x ``local_numel`` (default Psi / n, ZeRO stage 3: ``model_state_bytes``); at
@@ -579,6 +650,7 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
     units = num_units if num_units is not None else max(1, len(shapes) // 2)
     padded = fsdp_padded_param_bytes(shapes, num_gpus, element_bytes)
     local = fsdp_local_numel(shapes, num_gpus, rank)
+    shard = 2 if num_gpus % 2 == 0 else 1  # HSDP's (n / 2, 2) mesh: a "node" of 2 ranks
     common = dict(num_params=psi, precision=precision, optimizer=optimizer)
     rows = [dp_copy_path(p, num_gpus, rank, **common), dp_nccl_path(p, num_gpus, rank, **common),
             ddp(p, num_gpus, num_buckets, **common),
@@ -588,7 +660,9 @@ def ladder(shapes, num_gpus, rank: int = 0, backend: str = "gloo", micro_steps: 
             zero1(numels, num_gpus, rank, element_bytes, backend, num_buckets=num_buckets,
                   precision=precision, optimizer=optimizer),
             fsdp(padded, num_gpus, False, backend, units, **common, local_numel=local),
-            fsdp(padded, num_gpus, True, backend, units, **common, local_numel=local)]
+            fsdp(padded, num_gpus, True, backend, units, **common, local_numel=local),
+            hsdp(fsdp_padded_param_bytes(shapes, shard, element_bytes), num_gpus, shard, backend,
+                 units, **common, local_numel=fsdp_local_numel(shapes, shard, rank % shard))]
     return rows
 
 
@@ -597,7 +671,8 @@ H100_SXM_MEMORY_BYTES = GPUS["H100 SXM 80GB"].memory_bytes
 
 
 def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION,
-                        optimizer: str = "adam", definition: str = "peak") -> dict:
+                        optimizer: str = "adam", definition: str = "peak",
+                        gpus_per_node: int = defaults.GPUS_PER_NODE) -> dict:
     """Model-state bytes per GPU on each rung of ``LADDER`` for a model of ``num_params``
     (the busiest GPU: GPU0 under DP), by ``definition``, one of ``STATE_DEFINITIONS`` (the
     module docstring defines both; shards are Psi / n). Activations come on top.
@@ -606,8 +681,9 @@ def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION
     (p + g + K) Psi (GPU0 under DP holds the only optimizer); ZeRO-1 stage 1; FSDP, with or
     without resharding, stage 3, (p + g + K) Psi / n. Peak: the same, except PowerSGD, plus its
     error feedback g Psi (``PowerSGDState.error_dict``), and FSDP without resharding, plus the
-    unsharded parameters it keeps from forward to backward, p Psi. Neither counts DP's
-    ``reduce_add`` buffer or DDP's buckets.
+    unsharded parameters it keeps from forward to backward, p Psi. HSDP shards over the GPUs
+    of one node only, (p + g + K) Psi / min(n, ``gpus_per_node``), whatever the number of
+    nodes. Neither counts DP's ``reduce_add`` buffer or DDP's buckets.
     """
     psi = check_real(num_params, "num_params", 0.0)
     n = check_ranks(num_gpus)
@@ -622,4 +698,5 @@ def ladder_model_states(num_params, num_gpus, precision: str = DEFAULT_PRECISION
         "ZeRO-1": model_state_bytes(psi, n, 1, p, g, k),
         "FSDP no reshard": fsdp_model_states(psi, n, False, p, g, k)[peak],
         "FSDP full sharding": fsdp_model_states(psi, n, True, p, g, k)[peak],
+        "HSDP": fsdp_model_states(psi, min(n, check_ranks(gpus_per_node)), True, p, g, k)[peak],
     }

@@ -38,6 +38,9 @@ def expected_bytes(name, report):
         "zero1": p + p / 2,  # the all-reduce, then each rank's half sent to the other
         "fsdp": 2 * (p / 2) + p,  # two all-gathers + a reduce-scatter run as an all-reduce
         "fsdp-no-reshard": p / 2 + p,
+        # a (1, 2) mesh at n = 2: FSDP's bytes; the replicate group's all-reduce has one rank
+        # (4 ranks: tests/test_measure_hsdp.py)
+        "hsdp": 2 * (p / 2) + p,
     }[name]
 
 
@@ -68,7 +71,7 @@ def test_collective_calls_match_the_model(run):
     w, depth = shape(run)
     want = {"ddp-adam": 1, "accumulation": 1, "fp16-hook": 1, "bf16-cast": 1,
             "powersgd": 3, "bucket-cap": 2, "zero1": 1 + 2 * depth, "fsdp": 3 * depth,
-            "fsdp-no-reshard": 2 * depth}
+            "fsdp-no-reshard": 2 * depth, "hsdp": 4 * depth}
     for name, calls in want.items():
         for row in run["scenarios"][name]:
             assert row["messages"] == row["predicted_messages"] == calls, name

@@ -35,10 +35,10 @@ def test_ladder_figure_draws_every_rung_and_skips_the_unmeasured():
     assert data["rungs"] == list(st.LADDER)
     left, right = fig.axes
     assert [t.get_text() for t in left.get_yticklabels()] == list(st.LADDER)
-    # modelled bars for all 9 rungs, measured for the 8 that ran, in both panels; on the
+    # modelled bars for all 10 rungs, measured for the 9 that ran, in both panels; on the
     # right, dashed outlines for the 2 rungs whose peak exceeds the state after the step
-    assert len(left.patches) == 9 + 8
-    assert len(right.patches) == 9 + 8 + 2
+    assert len(left.patches) == 10 + 9
+    assert len(right.patches) == 10 + 9 + 2
     outlines = [bar for bar in right.patches if not bar.get_fill()]
     assert [round(bar.get_width() * 1e6) for bar in outlines] == [
         row["modelled_peak_state_bytes"] for row in rows

@@ -149,7 +149,7 @@ def test_dp_paths():
 def test_the_ladder_has_every_rung_in_order():
     shapes = [(256, 256), (256,)] * 4
     rows = st.ladder(shapes, 2, precision="fp32")
-    assert len(rows) == len(st.LADDER) == 9
+    assert len(rows) == len(st.LADDER) == 10
     p = 4 * 4 * (256 * 256 + 256)
     by = dict(zip(st.LADDER, rows, strict=True))
     assert by["DDP"].sent_bytes == p
@@ -205,10 +205,14 @@ def test_ladder_model_states_for_llama_on_80_gb():
     assert states["PowerSGD"] == 18 * psi  # + the error-feedback copy of the gradients
     assert states["ZeRO-1"] == 4 * psi + 12 * psi / 8
     assert states["FSDP no reshard"] == 2 * psi + 16 * psi / 8
-    assert states["FSDP full sharding"] == 2 * psi
+    assert states["FSDP full sharding"] == states["HSDP"] == 2 * psi  # one node: HSDP = FSDP
     fits = [rung for rung, b in states.items() if b <= st.H100_SXM_MEMORY_BYTES]
-    assert fits == ["ZeRO-1", "FSDP no reshard", "FSDP full sharding"]
+    assert fits == ["ZeRO-1", "FSDP no reshard", "FSDP full sharding", "HSDP"]
     assert list(states) == list(st.LADDER)
+    # Llama-2 70B on 8 nodes of 8: FSDP shards over 64, HSDP only over a node's 8
+    seventy = st.ladder_model_states(68_976_648_192, 64, "mixed")
+    assert seventy["HSDP"] == 16 * 68_976_648_192 / 8 > st.H100_SXM_MEMORY_BYTES
+    assert seventy["FSDP full sharding"] == 16 * 68_976_648_192 / 64
     after = st.ladder_model_states(psi, 8, "mixed", definition="after step")
     assert after["PowerSGD"] == after["DDP"] == 16 * psi  # the census has no error feedback
     assert after["FSDP no reshard"] == after["FSDP full sharding"] == 2 * psi

@@ -241,8 +241,9 @@ def _main(args) -> int:
         return _model_main(args)
     wanted = {"all": ["ddp", "dp", "dp-nccl", "dataparallel-cuda"], "timeline": TIMELINE,
               "strategies": list(STRATEGY_SCENARIOS)}.get(args.scenario, [args.scenario])
+    ranks = int(os.environ["WORLD_SIZE"]) if _under_torchrun() else args.world_size
     skipped = {s: why for s in wanted if s in STRATEGY_SCENARIOS
-               and (why := unavailable(s, args.backend))}  # reported under "skipped"
+               and (why := unavailable(s, args.backend, ranks))}  # reported under "skipped"
     distributed = [s for s in wanted if s != "dataparallel-cuda" and s not in skipped]
     # the preflight's estimate knows ddp and dp; a strategy holds about what DDP does
     problem = _preflight(args, [s if s not in STRATEGY_SCENARIOS else "ddp" for s in distributed])
