@@ -195,7 +195,7 @@ class VolumeView(_View):
         elif copy_at_n is None:
             note = f"n = {n}: DataParallel cannot span machines"
         else:
-            # short: text is the costliest artist to draw (about 0.1 ms a glyph)
+            # short: text is the costliest artist to draw
             note = f"GPU0/DDP: copy {copy_at_n / ddp_at_n:.3g}x, NCCL {nccl_at_n / ddp_at_n:.3g}x"
         self.note.set_text(note)
         self.ax.set_ylim(*_decade_limits(list(copy) + list(nccl) + list(ddp), self.Y_RANGE))
@@ -361,7 +361,7 @@ class MemoryView(_View):
                 bottoms[i] += height
         top = max(max(bottoms), capacity_bytes, 1.0)
         self.ax.set_ylim(0, _nice_ceiling(top * 1.2))
-        # Bars under a pixel (about 1/400 of the axis) are not drawn: patches cost ~0.1 ms each.
+        # Bars under a pixel (about 1/400 of the axis) are not drawn: each patch costs a draw.
         least = self.ax.get_ylim()[1] / 400
         for container in self.bars.values():
             for patch in container.patches:

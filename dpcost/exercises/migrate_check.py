@@ -360,7 +360,7 @@ def _launcher(fn, setting, timeout, result_fd) -> None:
         torch.set_num_threads(1)
         # Before any rank's init_process_group: DDP's constructor imports torch._dynamo, and
         # imported after init it pins the default group (known PyTorch bug, see DESIGN.md).
-        # Loaded by this module's import already; a fresh import costs each run ~1 s.
+        # Loaded by this module's import already; a fresh import would cost every run.
         importlib.import_module("torch._dynamo")
         document = {"ok": True, "ranks": _run_ranks(fn, setting, timeout, result_fd)}
     except BaseException as exc:  # noqa: B036
@@ -372,7 +372,7 @@ def _launcher(fn, setting, timeout, result_fd) -> None:
 def reference_run(setting) -> dict:
     """train_dp's parameters and batches for ``setting``, computed in the caller after the
     sandbox has ended (so no rank's memory ever holds them; not cached, for the same reason),
-    with the caller's random state restored after. About 50 ms."""
+    with the caller's random state restored after."""
     size, epochs, global_batch, seed = setting
     data = RecordingDataset(make_dataset(size))
     with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as folder:

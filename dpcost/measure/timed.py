@@ -70,7 +70,7 @@ def timed_allreduce_hook(recorder: Recorder, bucket):
 
 
 CALIBRATION_MIN_BYTES = 4096  # the smallest all-reduce timed: nearly all latency, it pins a
-CALIBRATION_CAP_BYTES = 32 << 20  # at 32 MiB (~40 ms here) the slope dwarfs any jitter
+CALIBRATION_CAP_BYTES = 32 << 20  # at 32 MiB the slope dwarfs any jitter
 
 
 def calibration_sizes(nbytes: int) -> list[int]:
