@@ -36,6 +36,7 @@ import os
 import select
 import signal
 import sys
+import sysconfig
 import tempfile
 import time
 import traceback
@@ -198,6 +199,15 @@ _LIBRARY_DIRS = tuple(str(Path(module.__file__).resolve().parent) + os.sep
                       for module in (sys.modules["dpcost"], torch))
 
 
+# Python's own library and the installed packages: code no student wrote.
+_NOT_STUDENT_DIRS = _LIBRARY_DIRS + tuple(
+    str(Path(path).resolve()) + os.sep for path in {sysconfig.get_paths()[key] for key in (
+        "stdlib", "platstdlib", "purelib", "platlib")})
+# What joins gloo's or a loader's threads when freed (see _rank_main's keep_locals).
+_HOLDS_THREADS = (nn.parallel.DistributedDataParallel, DataLoader,
+                  *([torch.distributed.ProcessGroup] if torch.distributed.is_available() else []))
+
+
 def _describe_error(exc: BaseException) -> dict:
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f"line {f.lineno} of {f.name}" for f in reversed(frames)
@@ -233,9 +243,24 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
         except Exception as exc:
             error = exc
     code = getattr(getattr(fn, "func", fn), "__code__", None)
+    students = {}  # code object -> whether it is the student's (outside dpcost and torch)
 
     def keep_locals(frame, event, arg):
-        if event == "return" and frame.f_code is code:
+        # The function's locals, and those of any function of the student's that returns
+        # holding DDP, a process group or a loader (a helper that builds DDP): dropped with the
+        # GIL held, DDP's reducer joins gloo's thread, which needs the GIL to finish (deadlock).
+        if event != "return":
+            return
+        if frame.f_code is code:
+            kept.append(dict(frame.f_locals))
+            return
+        student = students.get(frame.f_code)
+        if student is None:
+            name = frame.f_code.co_filename
+            student = students[frame.f_code] = not (name.startswith("<frozen") or str(
+                Path(name).resolve()).startswith(_NOT_STUDENT_DIRS))
+        if student and any(issubclass(type(value), _HOLDS_THREADS)  # type(): no __class__
+                           for value in frame.f_locals.values()):
             kept.append(dict(frame.f_locals))
 
     sys.setprofile(keep_locals)
