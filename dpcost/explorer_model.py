@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from dpcost import defaults
 from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
-from dpcost.evaluate import busiest_bytes_curve, evaluate, peak_flops
+from dpcost.evaluate import CANNOT_SPAN, busiest_bytes_curve, evaluate, peak_flops
 from dpcost.memory import ATTENTIONS, COMPONENTS, TRAINING_PRECISIONS, total_bytes
 from dpcost.presets import GPUS, INTERCONNECTS, MODELS, ModelPreset, custom_model
 from dpcost.registry import BY_KEY
@@ -53,7 +53,6 @@ HSDP = "HSDP"
 STRATEGY_NAMES = {"dp_gpu0": "DP GPU0",
                   **{k: BY_KEY[k].label for k in ("ddp", "zero1", "zero2", "zero3", "hsdp")}}
 VIEWED = ("dp_copy", "dp_nccl", "ddp", "zero1", "zero2", "zero3", "hsdp")
-CANNOT_SPAN = "DataParallel cannot span machines"
 MAX_BATCH_SIZE = 2**20  # the global batch control's bounds: 1 .. MAX_BATCH_SIZE samples
 MAX_OUTPUTS = 10**10  # output elements per sample: 1 .. MAX_OUTPUTS
 DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": defaults.PRECISION,
