@@ -174,15 +174,8 @@ def _check_model(model) -> ModelPreset:
     return model
 
 
-def _precision(precision, dtype) -> str:
-    """``dtype`` is the former name of ``precision`` (fp32/bf16/fp16 meant pure training)."""
-    if dtype is not None:
-        if precision is not None and precision != dtype:
-            raise TypeError(f"give precision or dtype, not both (precision={precision!r}, "
-                            f"dtype={dtype!r})")
-        return check_choice(dtype, "dtype", PRECISION_MODES)
-    return check_choice(DEFAULT_PRECISION if precision is None else precision, "precision",
-                        PRECISION_MODES)
+def _precision(precision) -> str:
+    return check_choice(precision, "precision", PRECISION_MODES)
 
 
 # --- model states ---------------------------------------------------------------------------
@@ -349,15 +342,13 @@ def activation_bytes_per_sample(model: ModelPreset, precision: str = DEFAULT_PRE
 
 
 def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer: str = "adam",
-                   precision: str | None = None, *, attention: str = defaults.ATTENTION,
-                   gradient_as_bucket_view: bool = False,
-                   dtype: str | None = None) -> dict[str, dict[str, float]]:
+                   precision: str = DEFAULT_PRECISION, *, attention: str = defaults.ATTENTION,
+                   gradient_as_bucket_view: bool = False) -> dict[str, dict[str, float]]:
     """Bytes held during one training step, per GPU and per component.
 
     Returns {"dp_gpu0": {...}, "dp_other": {...}, "ddp_rank": {...}}, each a dict component ->
     bytes with exactly the keys of ``COMPONENTS`` in that order (0.0 where a GPU holds none).
     ``precision`` is one of ``PRECISION_MODES`` (default: the course's, mixed);
-    ``dtype`` is its former name, kept for callers (its fp32/bf16/fp16 are the pure modes).
     ``batch_size`` is the global batch b: DP scatters b/n samples to each GPU, each DDP rank
     holds b/n (a fraction when n does not divide b: a smooth model). With p, g, k bytes per
     parameter (``model_state_bytes_per_parameter``), A = ``activation_bytes_per_sample`` and O
@@ -379,7 +370,7 @@ def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer
     n = check_ranks(num_gpus)
     b = check_int(batch_size, "batch_size", 1)
     check_choice(optimizer, "optimizer", _MOMENTS)
-    mode = _precision(precision, dtype)
+    mode = _precision(precision)
     check_choice(attention, "attention", ATTENTIONS)
     if not isinstance(gradient_as_bucket_view, bool):
         raise TypeError("gradient_as_bucket_view must be True or False, got "
@@ -411,9 +402,9 @@ def total_bytes(components: dict[str, float]) -> float:
 
 
 def gpu0_memory_ratio(model: ModelPreset, num_gpus: int, batch_size: int,
-                      optimizer: str = "adam", precision: str | None = None, *,
-                      attention: str = defaults.ATTENTION, gradient_as_bucket_view: bool = False,
-                      dtype: str | None = None) -> float:
+                      optimizer: str = "adam", precision: str = DEFAULT_PRECISION, *,
+                      attention: str = defaults.ATTENTION,
+                      gradient_as_bucket_view: bool = False) -> float:
     """total(DP GPU0) / total(DDP rank), dimensionless.
 
     With the default bucket copy, DP's reduce buffer and DDP's buckets are both N g, so only the
@@ -422,14 +413,12 @@ def gpu0_memory_ratio(model: ModelPreset, num_gpus: int, batch_size: int,
     dominate. With ``gradient_as_bucket_view=True`` the DDP rank sheds N g.
     """
     memory = memory_per_gpu(model, num_gpus, batch_size, optimizer, precision,
-                            attention=attention, gradient_as_bucket_view=gradient_as_bucket_view,
-                            dtype=dtype)
+                            attention=attention, gradient_as_bucket_view=gradient_as_bucket_view)
     return total_bytes(memory["dp_gpu0"]) / total_bytes(memory["ddp_rank"])
 
 
-def ddp_bucket_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
-                            gradient_as_bucket_view: bool = False,
-                            dtype: str | None = None) -> float:
+def ddp_bucket_buffer_bytes(model: ModelPreset, precision: str = DEFAULT_PRECISION, *,
+                            gradient_as_bucket_view: bool = False) -> float:
     """Bytes of DDP's gradient buckets per rank: N g, 0 with ``gradient_as_bucket_view=True``.
 
     ``torch/nn/parallel/distributed.py: DistributedDataParallel``, argument
@@ -438,12 +427,11 @@ def ddp_bucket_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
     size". The "DDP bucket copy" component of ``memory_per_gpu``.
     """
     _check_model(model)
-    mode = PRECISION_MODES[_precision(precision, dtype)]
+    mode = PRECISION_MODES[_precision(precision)]
     return 0.0 if gradient_as_bucket_view else float(model.parameters * mode.gradient_bytes)
 
 
-def dp_reduce_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
-                           dtype: str | None = None) -> float:
+def dp_reduce_buffer_bytes(model: ModelPreset, precision: str = DEFAULT_PRECISION) -> float:
     """Bytes of DP's second gradient-sized buffer on GPU0 during ``reduce_add``: N g.
 
     ``_functions.py: ReduceAddCoalesced.forward`` -> ``comm.py: reduce_add_coalesced`` returns
@@ -451,7 +439,7 @@ def dp_reduce_buffer_bytes(model: ModelPreset, precision: str | None = None, *,
     still alive. The "DP reduce buffer" component of ``memory_per_gpu``.
     """
     _check_model(model)
-    return float(model.parameters * PRECISION_MODES[_precision(precision, dtype)].gradient_bytes)
+    return float(model.parameters * PRECISION_MODES[_precision(precision)].gradient_bytes)
 
 
 def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: str = "ddp",
@@ -527,8 +515,8 @@ _GPU_NAMES = {"dp_gpu0": "DP GPU0", "dp_other": "DP other", "ddp_rank": "DDP ran
 
 
 def format_memory_table(model: ModelPreset, configs, optimizer: str = "adam",
-                        precision: str | None = None, unit: str = "GB", *,
-                        attention: str = defaults.ATTENTION, dtype: str | None = None) -> str:
+                        precision: str = DEFAULT_PRECISION, unit: str = "GB", *,
+                        attention: str = defaults.ATTENTION) -> str:
     """A text table of ``memory_per_gpu`` in ``unit`` ("GB" or "MB", decimal), one row per GPU
     per (n, batch) in ``configs``.
 
@@ -538,7 +526,7 @@ def format_memory_table(model: ModelPreset, configs, optimizer: str = "adam",
     scales = {"GB": 1e9, "MB": 1e6}
     if unit not in scales:
         raise ValueError(f"unit must be one of {sorted(scales)}, got {unit!r}")
-    mode = _precision(precision, dtype)
+    mode = _precision(precision)
     scale = scales[unit]
     header = (f"{'n':>3} {'batch':>6}  {'GPU':<9}"
               + "".join(f"{_SHORT_NAMES[c]:>10}" for c in COMPONENTS) + f"{'total':>10}  ratio")

@@ -92,9 +92,6 @@ def test_small_case_by_hand_mixed_and_bf16():
     assert list(bf16["ddp_rank"].values()) == [2000.0, 2000.0, 2000.0, 2000.0, 0.0, 400.0,
                                                40.0, 80.0]
     assert memory_per_gpu(TOY, 2, 4, "sgd", "mixed")["ddp_rank"]["optimizer state"] == 4000.0
-    # dtype=, the former name, still means the pure modes
-    assert memory_per_gpu(TOY, 2, 4, "adam", dtype="bf16") == memory_per_gpu(TOY, 2, 4, "adam",
-                                                                            "bf16")
 
 
 def test_bucket_view_drops_the_ddp_copy():
@@ -110,7 +107,7 @@ def test_gradient_copies_by_hand():
     gpt2 = MODELS["GPT-2 small"]
     assert ddp_bucket_buffer_bytes(gpt2, "fp32") == 4 * 124_439_808
     assert ddp_bucket_buffer_bytes(gpt2, "mixed") == 2 * 124_439_808
-    assert ddp_bucket_buffer_bytes(gpt2, dtype="fp16") == 2 * 124_439_808
+    assert ddp_bucket_buffer_bytes(gpt2, "fp16") == 2 * 124_439_808
     assert ddp_bucket_buffer_bytes(gpt2, gradient_as_bucket_view=True) == 0.0
     assert dp_reduce_buffer_bytes(gpt2, "bf16") == 2 * 124_439_808
     mem = memory_per_gpu(gpt2, 8, 32, precision="mixed")
@@ -289,8 +286,6 @@ def per_gpu(**kwargs):
     (lambda: per_gpu(batch_size=0), ValueError, "batch_size"),
     (lambda: per_gpu(optimizer="adamw"), ValueError, "optimizer"),
     (lambda: per_gpu(precision="int8"), ValueError, "precision"),
-    (lambda: per_gpu(dtype="int8"), ValueError, "dtype"),
-    (lambda: per_gpu(precision="fp32", dtype="bf16"), TypeError, "precision or dtype"),
     (lambda: per_gpu(attention="flash"), ValueError, "attention"),
     (lambda: per_gpu(gradient_as_bucket_view=1), TypeError, "gradient_as_bucket_view"),
     (lambda: gpu0_memory_ratio(TOY, 2, 0), ValueError, "batch_size"),
@@ -307,7 +302,7 @@ def per_gpu(**kwargs):
     (lambda: activation_bytes_per_sample(TOY, attention="math"), ValueError, "attention"),
     (lambda: resnet50_activation_bytes(224, "int8"), ValueError, "precision"),
     (lambda: ddp_bucket_buffer_bytes(MODELS["ResNet-50"], "fp64"), ValueError, "precision"),
-    (lambda: dp_reduce_buffer_bytes(MODELS["ResNet-50"], dtype="fp64"), ValueError, "dtype"),
+    (lambda: dp_reduce_buffer_bytes(MODELS["ResNet-50"], "fp64"), ValueError, "precision"),
     (lambda: rank_memory(TOY, 4, 8, "fsdp"), ValueError, "strategy"),
     (lambda: fits(float("nan"), 1.0), ValueError, "bytes_needed"),
     (lambda: fits(1.0, -1), ValueError, "capacity_bytes"),
@@ -359,13 +354,7 @@ def test_the_course_has_one_default_precision():
                     and not name.startswith("_")):
                 defaults[f"{module.__name__}.{name}"] = parameter.default
     assert len(defaults) >= 20  # the signatures were read at all
-    assert {d for d in defaults.values() if d is not None} == {memory.DEFAULT_PRECISION} \
-        == {course.PRECISION}
-    none = {name for name, d in defaults.items() if d is None}  # resolved to the default inside
-    assert none == {f"dpcost.memory.{n}" for n in ("memory_per_gpu", "gpu0_memory_ratio",
-                                                   "ddp_bucket_buffer_bytes",
-                                                   "dp_reduce_buffer_bytes",
-                                                   "format_memory_table")}
+    assert set(defaults.values()) == {memory.DEFAULT_PRECISION} == {course.PRECISION}
     assert memory_per_gpu(TOY, 4, 8) == memory_per_gpu(TOY, 4, 8, precision=course.PRECISION)
     for precision in memory.PRECISIONS:
         for optimizer in memory.OPTIMIZERS:
