@@ -161,6 +161,10 @@ def test_an_odd_world_size_is_refused_in_one_line():
         build("hsdp", RunConfig(world_size=3, width=250, depth=4), 0)
     with pytest.raises(ValueError, match="world_size 3"):
         predictions("hsdp", 0, 4 * 4 * (250 * 250 + 250), 3, 4)
+    from dpcost.measure import measure_traffic
+
+    with pytest.raises(ValueError, match="world_size 3"):  # skipped before any rank starts
+        measure_traffic(world_size=3, model_bytes=1e6, steps=1, scenarios=["hsdp"])
 
 
 def test_the_cli_skips_hsdp_on_an_odd_world_size_without_starting_ranks(capsys):

@@ -70,7 +70,7 @@ def measure_traffic(world_size: int = 4, model_bytes: float = 4e6, steps: int = 
     from dpcost.measure.strategy_scenarios import unavailable
 
     skipped = {s: why for s in scenarios if s in STRATEGY_SCENARIOS
-               and (why := unavailable(s, backend))}  # reported, never silently dropped
+               and (why := unavailable(s, backend, world_size))}  # reported, never dropped
     scenarios = [s for s in scenarios if s not in skipped]
     if not scenarios:
         raise ValueError(f"no scenario can run here: {skipped}")
