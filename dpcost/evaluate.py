@@ -219,7 +219,7 @@ def memory(setting: Setting, key: str) -> dict:
     if entry.gpu0_only:  # one process: GPU0 runs the first chunk and holds the whole batch's O
         samples = dp_batch_split(b, n)[0]
         outputs = m.per(m.output_bytes, b)
-        extra = {"DP reduce buffer": grads if n > 1 else grads,
+        extra = {"DP reduce buffer": grads,  # as memory_per_gpu, even at n = 1
                  "outputs": outputs, "loss and output grads": 2 * outputs}
     else:
         samples = ddp_samples_per_rank(b, n)
