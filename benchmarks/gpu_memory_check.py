@@ -17,17 +17,24 @@ What it runs: world size 1, one process, backend NCCL on CUDA (gloo on CPU), the
 context, each checked to have its preset's exact parameter count), every precision mode of
 ``dpcost.memory.PRECISION_MODES`` and, for GPT-2, both attention kinds. Each case builds the
 model, wraps it in ``DistributedDataParallel`` (defaults: ``gradient_as_bucket_view=False``),
-runs one warm-up step (Adam creates its state, NCCL its communicator, DDP rebuilds its buckets)
-and then measures the peak of the second step with ``torch.cuda.max_memory_allocated`` minus
-what was allocated before the model was built (the input batch is left out, as the model
-leaves it out). The prediction is ``dpcost.memory.rank_memory(..., num_gpus=1, strategy="ddp",
-optimizer="adam")`` with the same precision, attention and batch; the ratio is measured /
-predicted. A case that runs out of memory is reported as such and the run goes on.
+runs two warm-up steps (Adam creates its state, NCCL its communicator; the second rebuilds
+DDP's buckets, ``Reducer::rebuild_buckets``) and then measures the peak of the third step with
+``torch.cuda.max_memory_allocated`` minus what was allocated before the model was built (the
+input batch is left out, as the model leaves it out). Before each reading the allocator is
+settled: ProcessGroupNCCL keeps a collective's tensors (DDP's buckets) alive until its
+watchdog retires the work, so without waiting the previous case's buckets sit in the baseline
+and are freed during the next case (the H200 run of 2026-12-04, which measured the second step
+without settling, read "between steps" up to 3.6 GB below the live tensors' census). The
+prediction is ``dpcost.memory.step_peak`` of ``rank_memory(..., num_gpus=1, strategy="ddp",
+optimizer="adam")``'s components (the same precision, attention and batch), with the model's
+layers, Adam's foreach temporaries and autocast's cast cache; the ratio is measured / predicted
+peak. A case that runs out of memory is reported as such and the run goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib.util
 import json
@@ -55,9 +62,14 @@ from dpcost.memory import (
     COMPONENTS,
     PRECISION_MODES,
     PRECISIONS,
+    autocast_cast_cache_bytes,
+    even_layers,
     model_state_bytes_per_parameter,
+    optimizer_temporary_bytes,
     rank_memory,
+    rank_step_peak,
     resnet50_activation_bytes,
+    step_peak,
     total_bytes,
     transformer_layer_activation_bytes,
 )
@@ -68,8 +80,9 @@ CPU_FP16_CONV = ("on CPU only: fp16 convolutions have no fast CPU kernel (5-9 s 
                  "here); the fp16 step is the bf16 step with torch.float16, which the GPT-2 "
                  "cases run")
 CENSUS = ("parameters", "gradients", "optimizer state", "DDP bucket copy")
-DTYPES = {"fp32": torch.float32, "mixed": torch.bfloat16, "bf16": torch.bfloat16,
-          "fp16": torch.float16}
+# The dtype the model is cast to (autocast keeps fp32 parameters and casts per op).
+DTYPES = {"fp32": torch.float32, "mixed": torch.bfloat16, "autocast": torch.float32,
+          "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # What each precision mode's step runs, so that it holds what dpcost.memory's mode counts.
 STEPS = {
@@ -80,6 +93,11 @@ STEPS = {
              "moments) on the master copy, one parameter at a time: its bf16 gradient is cast "
              "to fp32, stepped, freed, and the result copied into the bf16 parameter (the ZeRO "
              "paper's Sec. 3.1 layout, 2 + 2 + 12 B per parameter)",
+    "autocast": "PyTorch's mixed precision: fp32 parameters, gradients and DDP buckets (the "
+                "all-reduce in fp32); forward and loss under torch.autocast(device, "
+                "torch.bfloat16) with its weight cast cache (bf16 matmul/conv outputs, fp32 "
+                "layer norm, softmax and log-softmax); torch.optim.Adam on the fp32 parameters: "
+                "4 + 4 + 8 B per parameter",
     "bf16": "pure bf16: the model cast to bf16 and torch.optim.Adam on its parameters (bf16 "
             "moments, zeros_like(param) in torch/optim/adam.py): 2 + 2 + 4 B per parameter",
     "fp16": "pure fp16, as bf16 with torch.float16, Adam's eps 1e-4 (1e-8 is 0 in fp16) and "
@@ -87,12 +105,9 @@ STEPS = {
 }
 
 INCLUDED_NOT_MODELLED = [
-    "transient tensors: eager attention's unmasked and masked s x s scores (one layer at a "
-    "time), matmul and GeLU outputs before autograd frees them, the gradients of the "
-    "activations during backward",
-    "torch.optim.Adam's foreach temporaries (torch/optim/adam.py: _multi_tensor_adam, e.g. "
-    "exp_avg_sq_sqrt = torch._foreach_sqrt(...), one state-sized copy) in fp32/bf16/fp16; the "
-    "mixed step steps one parameter at a time, so its temporaries are one parameter's",
+    "transients beyond the model's per-layer pair (the gradient flowing into an op and the one "
+    "it makes): eager attention's unmasked and masked s x s scores in forward, matmul and GeLU "
+    "outputs before autograd frees them",
     "cuBLAS and cuDNN workspaces, which PyTorch takes from its caching allocator",
     "allocator rounding: every block is rounded up to a multiple of 512 B "
     "(c10/cuda/CUDACachingAllocator.cpp: round_size)",
@@ -110,10 +125,13 @@ NOT_IN_MEASUREMENT = [
     "the input batch (allocated before the baseline reading, as the model leaves it out)",
 ]
 MODEL_UPPER_BOUND = (
-    "dpcost.memory sums every component held at some point of the step: a simple upper bound "
-    "on the peak, not a trace. In a real step the gradients grow while backward frees the "
-    "activations, and the logits are freed once log_softmax has saved its output, so a ratio "
-    "below 1 is expected where activations dominate")
+    "The prediction is dpcost.memory.step_peak: the largest of the end of forward (activations, "
+    "logits and log-softmax's output), the start of backward (log-softmax's output, its "
+    "gradient and the logits' gradient), backward layer by layer (activations freed as the "
+    "layers' gradients appear, plus the gradients flowing through the layer) and the optimizer "
+    "step (gradients and Adam's foreach temporaries: one state-sized exp_avg_sq_sqrt, one "
+    "tensor's in mixed); the sum of every component (the former prediction) is shown beside "
+    "it")
 
 
 @dataclass(frozen=True)
@@ -210,6 +228,46 @@ def predict(spec: Spec, parameters: int, precision: str, attention: str | None):
                    f"{spec.outputs_per_sample}), {call}) with activations = {how}")
 
 
+@functools.cache
+def largest_tensor(spec: Spec) -> int:
+    """Elements of the model's largest parameter (``mixed`` steps one at a time), counted on
+    the meta device."""
+    with torch.device("meta"):
+        return max(p.numel() for p in spec.build("eager").parameters())
+
+
+def predict_peak(spec: Spec, parameters: int, precision: str, attention: str | None,
+                 parts: dict):
+    """``dpcost.memory.step_peak`` of one case's components: its layers (a GPT-2's L blocks,
+    each with its activations and its 12 h^2 + 13 h parameters' gradients; ResNet-50 as one
+    layer, A + G at once), the layer transient (two s b 4h tensors, or eager attention's two
+    a s^2 b), Adam's foreach temporaries and autocast's cast cache. For a full-size case the
+    result must equal ``rank_step_peak(MODELS[name], ...)``, checked here."""
+    mode = PRECISION_MODES[precision]
+    model_attention = attention or "eager"
+    layers, transient = None, 0.0
+    if spec.kind == "gpt2":
+        c, s, b, w = spec.gpt2, spec.seq_len, spec.batch, mode.activation_bytes
+        layers = even_layers(parts["activations"],
+                             c.layers * (12 * c.hidden ** 2 + 13 * c.hidden) * mode.gradient_bytes,
+                             c.layers)
+        transient = 2 * s * b * 4 * c.hidden * w
+        if model_attention == "eager":
+            transient = max(transient, 2 * c.heads * s * s * b * w)
+    largest = largest_tensor(spec)
+    peak = step_peak(parts, layers=layers, layer_transient=transient,
+                     optimizer_temporaries=optimizer_temporary_bytes(parameters, precision,
+                                                                     "adam", largest),
+                     cast_cache=autocast_cast_cache_bytes(parameters, precision))
+    if spec.full_size:
+        exact = rank_step_peak(MODELS[spec.name], 1, spec.batch, "ddp", "adam", precision,
+                               attention=model_attention, largest_tensor=largest)
+        if not math.isclose(peak.bytes, exact.bytes, rel_tol=1e-12):
+            raise AssertionError(f"{spec.name}: peak {peak.bytes} != rank_step_peak's "
+                                 f"{exact.bytes}")
+    return peak
+
+
 # --- one case ---------------------------------------------------------------------------------
 
 
@@ -241,9 +299,26 @@ class Allocator:
         if self.cuda:
             torch.cuda.synchronize()
 
+    def settle(self, quiet_s: float = 0.5, limit_s: float = 5.0):
+        """Wait until ``memory_allocated`` stops falling: ProcessGroupNCCL holds a collective's
+        tensors (DDP's buckets) until its watchdog thread retires the finished work, so memory
+        freed in Python can still count as allocated for a while after the step."""
+        if not self.cuda:
+            return
+        gc.collect()
+        self.sync()
+        last = torch.cuda.memory_allocated()
+        started = quiet_since = time.perf_counter()
+        while (time.perf_counter() - quiet_since < quiet_s
+               and time.perf_counter() - started < limit_s):
+            time.sleep(0.05)
+            now = torch.cuda.memory_allocated()
+            if now != last:
+                last, quiet_since = now, time.perf_counter()
+
     def start(self):
         if self.cuda:
-            self.sync()
+            self.settle()
             self.base = torch.cuda.memory_allocated()
 
     def allocated(self):
@@ -295,7 +370,7 @@ def _attention_context(case: Case, restrict_sdpa: bool):
 
 
 def run_case(case: Case, device, restrict_sdpa: bool = False) -> dict:
-    """One case: build, one warm-up step, one measured step. Returns the readings."""
+    """One case: build, two warm-up steps, one measured step. Returns the readings."""
     spec, precision = case.spec, case.precision
     dtype = DTYPES[precision]
     mem = Allocator(device)
@@ -319,10 +394,14 @@ def run_case(case: Case, device, restrict_sdpa: bool = False) -> dict:
     readings = {"allocated_after_setup_bytes": mem.allocated()}
     census = {}
 
+    # autocast: forward and loss under torch.autocast, backward outside (the AMP recipe)
+    amp = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "autocast"
+           else nullcontext())
+
     def step(phases: dict | None):
-        with _attention_context(case, restrict_sdpa):
+        with _attention_context(case, restrict_sdpa), amp:
             logits = ddp(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         del logits  # as a training loop drops it: log_softmax has saved what backward needs
         loss.backward()
         if "gradients" not in census:
@@ -348,6 +427,8 @@ def run_case(case: Case, device, restrict_sdpa: bool = False) -> dict:
     mem.reset_peak()
     losses = [step(None)]
     readings["peak_first_step_bytes"] = mem.peak()
+    losses.append(step(None))  # DDP rebuilds its buckets in this step's forward
+    mem.settle()  # the first set of buckets, held by NCCL's finished work, goes
     readings["allocated_between_steps_bytes"] = mem.allocated()
     mem.reset_peak()
     losses.append(step(readings))
@@ -476,13 +557,18 @@ def run(device, tiny: bool, budget_s: float, only: str | None,
             row["parameters"] = parameters
         predicted, source = predict(case.spec, parameters, case.precision, case.attention)
         row["predicted"] = predicted
-        row["predicted_total_bytes"] = total_bytes(predicted)
+        row["predicted_total_bytes"] = total_bytes(predicted)  # every component summed
+        peak_model = predict_peak(case.spec, parameters, case.precision, case.attention,
+                                  predicted)
+        row["predicted_peak_bytes"] = peak_model.bytes
+        row["predicted_phase"] = peak_model.phase
+        row["predicted_phases"] = peak_model.phases
         resident = ("parameters", "optimizer state", "DDP bucket copy")
         row["predicted_resident_bytes"] = sum(predicted[c] for c in resident)
         row["prediction_source"] = source
         measured = row.get("measured", {})
         peak, between = measured.get("peak_bytes"), measured.get("allocated_between_steps_bytes")
-        row["ratio"] = None if peak is None else peak / row["predicted_total_bytes"]
+        row["ratio"] = None if peak is None else peak / row["predicted_peak_bytes"]
         row["resident_ratio"] = (None if between is None
                                  else between / row["predicted_resident_bytes"])
         rows.append(row)
@@ -498,7 +584,7 @@ def run(device, tiny: bool, budget_s: float, only: str | None,
         "backend": dist.get_backend(),
         "world_size": dist.get_world_size(),
         "tiny": tiny,
-        "measured_label": ("torch.cuda.max_memory_allocated() of the second step minus "
+        "measured_label": ("torch.cuda.max_memory_allocated() of the third step minus "
                            "memory_allocated() before the model was built (the input batch "
                            "excepted); peak_reserved_bytes (max_memory_reserved) and "
                            "device_used_bytes (cudaMemGetInfo: total - free, the CUDA context "
@@ -532,7 +618,8 @@ def _row_line(row: dict) -> str:
     m = row.get("measured", {})
     return (f"{row['model']:<12} {row['precision']:<6} {row['attention'] or 'n/a':<6} "
             f"{row['shape']:<18} {row['status']:<14} peak {_gb(m.get('peak_bytes'))} GB, "
-            f"predicted {_gb(row['predicted_total_bytes'])} GB, ratio {_ratio(row['ratio'])}; "
+            f"predicted {_gb(row['predicted_peak_bytes'])} GB ({row['predicted_phase']}), "
+            f"ratio {_ratio(row['ratio'])}; "
             f"between steps {_gb(m.get('allocated_between_steps_bytes'))} GB / predicted "
             f"{_gb(row['predicted_resident_bytes'])} GB {row['message']}")
 
@@ -556,9 +643,10 @@ def markdown(report: dict) -> str:
         f"{report['date_utc']}, command `{report['command']}` ({report['seconds']} s). "
         f"Measured: {report['measured_label']}. GB = 10^9 bytes.",
         "",
-        "| model | precision | attention | batch | measured peak (GB) | predicted (GB) | ratio "
-        "| between steps: measured / predicted (GB) | ratio | model-state census | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | precision | attention | batch | measured peak (GB) | predicted peak (GB) "
+        "| phase | ratio | sum of components (GB) | between steps: measured / predicted (GB) "
+        "| ratio | model-state census | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["cases"]:
         m = row.get("measured", {})
@@ -567,7 +655,8 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {row['model']} | {row['precision']} | {row['attention'] or 'n/a'} | "
             f"{row['shape']} | {_gb(m.get('peak_bytes'))} | "
-            f"{_gb(row['predicted_total_bytes'])} | {_ratio(row['ratio'])} | "
+            f"{_gb(row['predicted_peak_bytes'])} | {row['predicted_phase']} | "
+            f"{_ratio(row['ratio'])} | {_gb(row['predicted_total_bytes'])} | "
             f"{_gb(m.get('allocated_between_steps_bytes'))} / "
             f"{_gb(row['predicted_resident_bytes'])} | {_ratio(row['resident_ratio'])} | "
             f"{_census_cell(row)} | {status} |")

@@ -7,11 +7,12 @@ Functions that model what the course measures on a CPU (gloo, fp32) ask for ``"f
 PRECISION = "mixed"  # 16-bit parameters and gradients, fp32 master and moments (ZeRO Sec. 3.1)
 ATTENTION = "sdpa"  # F.scaled_dot_product_attention: what nn.MultiheadAttention and HF use
 OPTIMIZER = "adam"
-UTILISATION = 0.4  # of the GPU's dense peak: an assumption (dpcost.step_time.compute_time)
+UTILISATION = 0.4  # of the peak, for step_time.compute_time alone; evaluate uses dpcost.gpu_time
 BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB
 GPU = "H100 SXM 80GB"
 GPUS = 8
 GPUS_PER_NODE = 8  # DGX/HGX boards
 INTER_LINK = "InfiniBand NDR"
 # The link inside a node that each GPU preset comes with.
-INTRA_LINK = {"A100 SXM 80GB": "NVLink 3 (A100)", "H100 SXM 80GB": "NVLink 4 (H100)"}
+INTRA_LINK = {"A100 SXM 80GB": "NVLink 3 (A100)", "H100 SXM 80GB": "NVLink 4 (H100)",
+              "V100 SXM2 32GB": "NVLink 2 (V100)", "H200 SXM 141GB": "NVLink 4 (H200)"}

@@ -43,14 +43,31 @@ from dpcost.dataparallel_traffic import (
     gpu_busy_bytes,
     gpu_bytes,
 )
-from dpcost.memory import COMPONENTS, fits, model_state_bytes_per_parameter
+from dpcost.gpu_time import (
+    COUNTED_OPS,
+    ComputeTime,
+    compute_time,
+    ddp_host_seconds,
+    estimated_ops,
+    replicate_seconds,
+)
+from dpcost.memory import (
+    COMPONENTS,
+    autocast_cast_cache_bytes,
+    fits,
+    model_state_bytes_per_parameter,
+    optimizer_temporary_bytes,
+    step_peak,
+    transformer_backward_layers,
+)
+from dpcost.nccl_achieved import achieved_link
+from dpcost.presets import MODELS, TRANSFORMER_SHAPES
 from dpcost.registry import STRATEGIES, Strategy
 from dpcost.setting import Setting
 from dpcost.step_time import (
     Interval,
     StepTime,
     communication_hidden,
-    compute_time,
     ddp_step_time,
     dp_step_time,
     flat_ring_multinode_time,
@@ -59,7 +76,7 @@ from dpcost.step_time import (
 
 __all__ = ["Result", "StrategyResult", "evaluate", "peak_flops", "ddp_buckets", "dp_batch_split",
            "ddp_samples_per_rank", "memory", "busiest_bytes_curve", "ddp_hidden_from_batch",
-           "smallest_gpus_that_fit", "format_table", "CANNOT_SPAN"]
+           "smallest_gpus_that_fit", "format_table", "memory_peak", "CANNOT_SPAN"]
 
 CANNOT_SPAN = "DataParallel cannot span machines"
 
@@ -85,7 +102,8 @@ class StrategyResult:
     messages: int | None = None
     step: StepTime | None = None
     hidden: bool | None = None
-    memory: dict | None = None
+    memory: dict | None = None  # by component, each at its largest during the step
+    peak: float | None = None  # the step's peak (dpcost.memory.step_peak): what must fit
     fits: bool | None = None
     alternatives: dict = field(default_factory=dict)
     rows: tuple = ()  # the phases behind the bytes (dp_path_traffic / ddp_step_transfers rows)
@@ -104,9 +122,10 @@ class Result:
     buckets_in_use: str  # "rebuilt" or "construction"
     ddp_samples_per_rank: int
     dp_split: tuple | None  # DataParallel's chunks; None beyond one node
-    forward_s: float  # a DDP rank's
+    forward_s: float  # a rank's, without DDP's own host work
     backward_s: float
     peak_flops_per_s: float
+    compute: ComputeTime  # what set them: host or device, modelled or measured
 
     def __getitem__(self, key: str) -> StrategyResult:
         return self.strategies[key]
@@ -135,16 +154,53 @@ def ddp_samples_per_rank(batch_size: int, num_gpus: int) -> int:
 
 
 def peak_flops(gpu, precision: str) -> float:
-    """The GPU's dense peak for the mode's math: bf16 tensor cores for mixed and bf16; plain
+    """The GPU's dense peak for the mode's math: bf16 tensor cores for 16-bit modes; plain
     fp32 for fp32 (``torch.backends.cuda.matmul.allow_tf32`` is False by default)."""
     return gpu.peak_flops["fp32" if precision == "fp32" else "bf16"]
 
 
-def _compute(setting: Setting, samples: int) -> tuple[float, float]:
-    """(forward, backward) seconds of one GPU on ``samples`` samples."""
-    m, peak = setting.model, peak_flops(setting.gpu, setting.precision)
-    return (compute_time(m.per(m.forward_flops, samples), peak, setting.utilisation),
-            compute_time(m.per(m.backward_flops, samples), peak, setting.utilisation))
+def _ops(m) -> tuple[int, int | None, int]:
+    """(non-view ops, forward ops or None, convolution calls) of one forward + backward:
+    a trace's counts, a counted preset's, or a transformer's estimate."""
+    if m.ops:
+        return m.ops, m.forward_ops or None, m.convolutions
+    counted = COUNTED_OPS.get(m.name, {}).get("autocast" if m.precision == "autocast"
+                                               else "plain")
+    if counted is not None:
+        return counted
+    shape = TRANSFORMER_SHAPES.get(m.name)
+    if shape is not None:
+        return estimated_ops(shape.layers, m.precision), None, 0
+    return 0, None, 0
+
+
+def _compute(setting: Setting, samples: int, replicas: int = 1,
+             extra_backward_host_s: float = 0.0) -> ComputeTime:
+    """One GPU's forward and backward on ``samples`` samples (``dpcost.gpu_time``): measured
+    when the setting carries a measured time (scaled by the samples), modelled otherwise."""
+    m = setting.model
+    if setting.compute_s is not None:
+        per_rank = ddp_samples_per_rank(setting.batch, setting.gpus)
+        return compute_time(0.0, 0.0, 0, setting.gpu, setting.precision,
+                            measured_s=setting.compute_s * samples / per_rank)
+    ops, forward_ops, convolutions = _ops(m)
+    return compute_time(m.per(m.forward_flops + m.backward_flops, samples),
+                        m.per(m.activation_bytes, samples), ops, setting.gpu,
+                        setting.precision, conv_share=m.conv_flops_share,
+                        convolutions=convolutions, forward_ops=forward_ops, replicas=replicas,
+                        extra_backward_host_s=extra_backward_host_s)
+
+
+def _links(setting: Setting):
+    """(inside a node, across nodes) at the rates NCCL achieves (``dpcost.nccl_achieved``)."""
+    return (achieved_link(setting.intra_link, setting.peer_to_peer),
+            achieved_link(setting.inter_link))
+
+
+def _ddp_host_s(setting: Setting, buckets: tuple) -> float:
+    m = setting.model
+    tensors = len(m.tensor_bytes) if m.tensor_bytes is not None else 0
+    return ddp_host_seconds(tensors, m.buffer_count, len(buckets))
 
 
 # --- DDP's buckets --------------------------------------------------------------------------
@@ -231,6 +287,31 @@ def memory(setting: Setting, key: str) -> dict:
     return {c: float(held.get(c, 0.0)) for c in COMPONENTS}
 
 
+def memory_peak(setting: Setting, key: str, held: dict):
+    """The step's peak from ``memory``'s components (``dpcost.memory.step_peak``): backward
+    frees each layer's activations as its gradients appear (a preset transformer's layers; one
+    layer, the sum, for other models), the optimizer's temporaries at the step, autocast's
+    cast cache through forward and backward."""
+    entry = next(s for s in STRATEGIES if s.key == key)
+    m, p = setting.model, setting.precision
+    group = _group(setting, entry)
+    samples = dp_batch_split(setting.batch, setting.gpus)[0] if entry.gpu0_only else \
+        ddp_samples_per_rank(setting.batch, setting.gpus)
+    preset = MODELS.get(m.name)
+    layers, transient = None, 0.0
+    if m.name in TRANSFORMER_SHAPES and preset is not None \
+            and preset.parameters == m.parameters and not m.tensor_names:
+        share = 1 / group if "gradients" in entry.sharded else 1.0
+        layers, transient = transformer_backward_layers(preset, samples, p, setting.attention,
+                                                        gradient_share=share)
+    stepped = m.parameters / (group if "optimizer state" in entry.sharded else 1)
+    largest = max(m.tensor_elements) if m.tensor_elements else None
+    return step_peak(held, layers=layers, layer_transient=transient,
+                     optimizer_temporaries=optimizer_temporary_bytes(
+                         stepped, p, setting.optimizer, largest),
+                     cast_cache=autocast_cast_cache_bytes(m.parameters, p))
+
+
 # --- bytes and time of the sharded strategies -----------------------------------------------
 
 
@@ -245,7 +326,7 @@ def _sharded(setting: Setting, entry: Strategy, P: float, G: float, buckets: tup
              fwd: float, bwd: float) -> dict:
     """Bytes per rank and the step of ZeRO-1/2/3, FSDP and HSDP (see the module docstring)."""
     n, g, nodes = setting.gpus, setting.gpus_per_node, setting.nodes
-    intra, inter = setting.intra_link, setting.inter_link
+    intra, inter = _links(setting)
     units = max(1, len(buckets))
     s = _group(setting, entry) if entry.shard_group else n
     # a ring of s ranks runs at the inter-node link once it leaves the node (a flat ring)
@@ -300,15 +381,22 @@ def _sharded(setting: Setting, entry: Strategy, P: float, G: float, buckets: tup
 # --- the evaluator --------------------------------------------------------------------------
 
 
-def _ddp_step(setting: Setting, buckets: tuple, fwd: float, bwd: float) -> dict:
+def _ddp_step(setting: Setting, buckets: tuple, fwd: float, bwd: float,
+              buffer_bytes: float = 0.0) -> dict:
     """DDP's step: a ring inside a node; beyond it the two-level all-reduce, and a flat ring
-    as the alternative."""
+    as the alternative. The buffers' broadcast (``forward_sync_buffers``) runs before forward."""
     n, g, nodes = setting.gpus, setting.gpus_per_node, setting.nodes
-    beta, alpha = setting.intra_link.bandwidth_bytes_per_s, setting.intra_link.latency_s
+    intra, inter = _links(setting)
+    beta, alpha = intra.bandwidth_bytes_per_s, intra.latency_s
+    if n > 1 and buffer_bytes > 0:  # NCCL's broadcast, a pipelined ring (one message)
+        slowest = inter if n > g else intra
+        sync = buffer_bytes / slowest.bandwidth_bytes_per_s + (n - 1) * slowest.latency_s
+    else:
+        sync = 0.0
     if n <= g:
-        return {"ring": ddp_step_time(fwd, bwd, buckets, n, beta, alpha)}
-    links = (beta, alpha, setting.inter_link.bandwidth_bytes_per_s,
-             setting.inter_link.latency_s)
+        return {"ring": ddp_step_time(fwd, bwd, buckets, n, beta, alpha,
+                                      buffer_broadcast_s=sync)}
+    links = (beta, alpha, inter.bandwidth_bytes_per_s, inter.latency_s)
     memo_two, memo_flat = {}, {}
 
     def two_level(x):
@@ -322,9 +410,9 @@ def _ddp_step(setting: Setting, buckets: tuple, fwd: float, bwd: float) -> dict:
         return memo_flat[x]
 
     return {"two-level": ddp_step_time(fwd, bwd, buckets, n, beta, alpha,
-                                       allreduce_time=two_level),
+                                       allreduce_time=two_level, buffer_broadcast_s=sync),
             "flat ring": ddp_step_time(fwd, bwd, buckets, n, beta, alpha,
-                                       allreduce_time=flat)}
+                                       allreduce_time=flat, buffer_broadcast_s=sync)}
 
 
 def _dp(setting: Setting, entry: Strategy, P, B, G, split) -> dict:
@@ -337,21 +425,28 @@ def _dp(setting: Setting, entry: Strategy, P, B, G, split) -> dict:
     rows = dp_path_traffic(P, B, G, I, O, k, path=path, param_sizes=sizes,
                            buffer_sizes=list(m.buffer_bytes) or None) if k > 1 else []
     sent, received = gpu_bytes(rows, 0) if rows else (0.0, 0.0)
-    fwd0, bwd0 = _compute(setting, split[0])
-    link = setting.intra_link
-    step = dp_step_time(fwd0, bwd0, P, G, k, link.bandwidth_bytes_per_s, link.latency_s,
-                        path=path, buffer_bytes=B, input_bytes=I, output_bytes=O,
-                        param_sizes=sizes)
+    # k threads launch the k replicas' forwards through one interpreter; replicate's host
+    # work (per tensor, per device) comes first, every step
+    compute = _compute(setting, split[0], replicas=k)
+    link, _ = _links(setting)
+    tensors = (len(m.tensor_bytes) if m.tensor_bytes is not None else 0) + m.buffer_count
+    step = dp_step_time(compute.forward_s, compute.backward_s, P, G, k,
+                        link.bandwidth_bytes_per_s, link.latency_s, path=path, buffer_bytes=B,
+                        input_bytes=I, output_bytes=O, param_sizes=sizes,
+                        replicate_s=replicate_seconds(tensors, P + B, k))
     return {"sent_bytes": sent, "received_bytes": received,
             "busiest_bytes": gpu_busy_bytes(rows, 0) if rows else 0.0,
             "messages": dp_messages(rows)["calls"] if rows else 0, "step": step,
             "hidden": False, "rows": tuple(rows)}
 
 
-def _ddp(setting: Setting, P, B, G, buckets, fwd, bwd) -> dict:
+def _ddp(setting: Setting, P, B, G, buckets, per_rank) -> dict:
     n = setting.gpus
     rows = ddp_step_transfers(P, B, G, 0.0, 0.0, n, bucket_sizes=list(buckets)) if n > 1 else []
-    steps = _ddp_step(setting, buckets, fwd, bwd)
+    # DDP's own host work (hooks, buckets, buffers) runs during backward, in each process
+    compute = _compute(setting, per_rank, extra_backward_host_s=_ddp_host_s(setting, buckets))
+    fwd, bwd = compute.forward_s, compute.backward_s
+    steps = _ddp_step(setting, buckets, fwd, bwd, B)
     step = next(iter(steps.values()))
     return {"sent_bytes": float(sum(r.gpu0_sent_bytes for r in rows)),
             "received_bytes": float(sum(r.gpu0_received_bytes for r in rows)),
@@ -372,7 +467,11 @@ def evaluate(setting: Setting, keys=None) -> Result:
     B = float(sum(m.buffer_bytes))
     buckets, in_use = _buckets_in_use(setting)
     per_rank = ddp_samples_per_rank(b, n)
-    fwd, bwd = _compute(setting, per_rank)
+    compute = _compute(setting, per_rank)
+    fwd, bwd = compute.forward_s, compute.backward_s
+    # ZeRO and FSDP hook every tensor and issue a collective per unit as DDP does per bucket:
+    # DDP's measured host costs stand in for theirs
+    hooked = _compute(setting, per_rank, extra_backward_host_s=_ddp_host_s(setting, buckets))
     dp_available = n <= setting.gpus_per_node
     split = tuple(dp_batch_split(b, n)) if dp_available else None
     capacity = setting.gpu.memory_bytes
@@ -386,16 +485,18 @@ def evaluate(setting: Setting, keys=None) -> Result:
         if entry.gpu0_only:
             figures = _dp(setting, entry, P, B, G, split)
         elif entry.key == "ddp":
-            figures = _ddp(setting, P, B, G, buckets, fwd, bwd)
+            figures = _ddp(setting, P, B, G, buckets, per_rank)
         elif entry.sharded:
-            figures = _sharded(setting, entry, P, G, buckets, fwd, bwd)
+            figures = _sharded(setting, entry, P, G, buckets, hooked.forward_s,
+                               hooked.backward_s)
         else:  # accumulation, hooks, PowerSGD: lesson 08's ladder (dpcost.strategies)
             figures = {}
         held = memory(setting, entry.key)
-        out[entry.key] = StrategyResult(entry.key, entry.label, True, memory=held,
-                                        fits=fits(sum(held.values()), capacity), **figures)
+        peak = memory_peak(setting, entry.key, held).bytes
+        out[entry.key] = StrategyResult(entry.key, entry.label, True, memory=held, peak=peak,
+                                        fits=fits(peak, capacity), **figures)
     return Result(setting, out, P, G, B, buckets, in_use, per_rank, split, fwd, bwd,
-                  peak_flops(setting.gpu, setting.precision))
+                  peak_flops(setting.gpu, setting.precision), compute)
 
 
 # --- views over several settings ------------------------------------------------------------
@@ -431,7 +532,8 @@ def ddp_hidden_from_batch(setting: Setting, largest: int = 4096):
     buckets, _ = _buckets_in_use(setting)
     k = 1
     while k <= largest:
-        fwd, bwd = _compute(setting, k)
+        c = _compute(setting, k, extra_backward_host_s=_ddp_host_s(setting, buckets))
+        fwd, bwd = c.forward_s, c.backward_s
         step = next(iter(_ddp_step(setting, buckets, fwd, bwd).values()))
         if communication_hidden(bwd, step.communication_s):
             return k
@@ -450,7 +552,7 @@ def smallest_gpus_that_fit(setting: Setting, key: str = "zero3", limit: int = 40
         if trial.gpus > trial.gpus_per_node and trial.gpus % trial.gpus_per_node:
             trial = replace(trial, gpus_per_node=n)
         held = memory(trial, key)
-        if fits(sum(held.values()), setting.gpu.memory_bytes):
+        if fits(memory_peak(trial, key, held).bytes, setting.gpu.memory_bytes):
             return n
         n *= 2
     return None
@@ -487,7 +589,7 @@ def format_table(result: Result, keys=None) -> str:
         step = "-" if r.step is None else format_seconds(r.step.total_s)
         exposed = "-" if r.step is None else format_seconds(r.step.exposed_communication_s)
         lines.append(f"{r.label:<20}{b(r.busiest_bytes):>14}{b(r.inter_node_bytes):>14}"
-                     f"{step:>10}{exposed:>10}{b(sum(r.memory.values())):>11}  "
+                     f"{step:>10}{exposed:>10}{b(r.peak):>11}  "
                      f"{'yes' if r.fits else 'NO'}")
     if unmodelled:
         lines.append(f"(no bytes or step at this level: {', '.join(unmodelled)}; "

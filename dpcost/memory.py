@@ -2,24 +2,43 @@
 
 Symbols: n GPUs, b the global batch, N parameters, O the bytes of the whole batch's outputs.
 Every figure is in bytes. Each GPU's components count the tensors held at some point of the
-step, summed: a simple upper bound on the peak, not a trace of the allocator.
+step (``memory_per_gpu``, ``rank_memory``); their sum is a simple upper bound. ``step_peak``
+follows the step instead: what is held at the end of forward, at the start of backward, while
+backward frees each layer's activations as that layer's gradients appear, and at the
+optimizer step; the largest of these is the step's peak (see "The step's peak" below).
 
 Precision modes (``PRECISION_MODES``; bytes per parameter with Adam):
 
-==========  ======  =====  ===============================  =====  ===========================
-mode        params  grads  optimizer state                  total  source
-==========  ======  =====  ===============================  =====  ===========================
-``fp32``    4       4      8: two fp32 moments              16     torch/optim/adam.py
-``mixed``   2       2      12: fp32 master + two moments    16     ZeRO paper (Rajbhandari et
-                                                                   al. 2020) Sec. 3.1
-``bf16``    2       2      4: two bf16 moments              8      torch/optim/adam.py, measured
-``fp16``    2       2      4: two fp16 moments              8      as bf16 (pure fp16)
-==========  ======  =====  ===============================  =====  ===========================
+============  ======  =====  ===============================  =====  =========================
+mode          params  grads  optimizer state                  total  source
+============  ======  =====  ===============================  =====  =========================
+``fp32``      4       4      8: two fp32 moments              16     torch/optim/adam.py
+``mixed``     2       2      12: fp32 master + two moments    16     ZeRO paper (Rajbhandari et
+                                                                     al. 2020) Sec. 3.1
+``autocast``  4       4      8: two fp32 moments              16     torch/amp/autocast_mode.py
+``bf16``      2       2      4: two bf16 moments              8      torch/optim/adam.py, measured
+``fp16``      2       2      4: two fp16 moments              8      as bf16 (pure fp16)
+============  ======  =====  ===============================  =====  =========================
 
-``mixed`` is the ZeRO/Megatron/DeepSpeed layout: 16-bit parameters and gradients, and an fp32
-master copy that the optimizer updates. (``torch.autocast`` instead keeps fp32 parameters and
-gradients and casts weights per op: 4 + 4 + 8 = 16 B too, all-reducing fp32 gradients.) Pure
-bf16/fp16: ``torch.optim.Adam`` creates its moments with ``torch.zeros_like(param)``
+The two mixed-precision layouts:
+
+- ``mixed`` is the ZeRO/Megatron/DeepSpeed layout: 16-bit parameters and gradients (DDP's
+  buckets and all-reduce in 16 bits), and an fp32 master copy that the optimizer updates.
+  Realised by DeepSpeed's bf16/fp16 optimizers (``bf16: {enabled: true}``, ``fp16``) with or
+  without ZeRO stages 1-3, and by Megatron-LM's distributed optimizer.
+- ``autocast`` is PyTorch's own mixed precision, ``torch.autocast`` + DDP: the parameters,
+  gradients (all-reduced in fp32, twice ``mixed``'s bytes) and Adam's moments stay fp32;
+  matmul and convolution outputs are bf16, while autocast's fp32 ops (``layer_norm``,
+  ``softmax``, ``log_softmax``: aten/src/ATen/autocast_mode.h, the fp32 list) give fp32, so the
+  loss term's log-softmax and its gradient are fp32 (``PrecisionMode.loss_bytes``). With
+  ``cache_enabled=True`` (the default, torch/amp/autocast_mode.py) autocast caches the bf16
+  copy of every weight it casts until the autocast region exits, and the matmuls save those
+  copies for backward: ``PrecisionMode.cast_copy_bytes`` (2 B per parameter) held from the
+  forward into backward (``autocast_cast_cache_bytes``). ``torch.distributed.optim.
+  ZeroRedundancyOptimizer`` keeps no master copy, so ZeRO-1 under autocast shards only the
+  fp32 moments: 4 + 4 + 8/n B per parameter.
+
+Pure bf16/fp16: ``torch.optim.Adam`` creates its moments with ``torch.zeros_like(param)``
 (``torch/optim/adam.py: _init_group``), so they take the parameters' dtype;
 ``tests/test_memory_torch.py`` measures it on a real optimizer step. SGD keeps no state;
 SGD with momentum one ``momentum_buffer`` per parameter (``torch/optim/sgd.py``: ``clone`` of
@@ -64,6 +83,7 @@ parameters, K optimizer bytes per parameter, Nd ranks): baseline (2 + 2 + K) Psi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dpcost import defaults
@@ -75,6 +95,7 @@ from dpcost.presets import (
     check_parameter_count,
     resnet50_activation_bytes_per_sample,
     resnet50_maxpool_index_bytes,
+    transformer_parameter_counts,
 )
 from dpcost.registry import BY_KEY, MODEL_STATES
 
@@ -103,6 +124,14 @@ __all__ = [
     "dp_reduce_buffer_bytes",
     "model_state_bytes_per_rank",
     "rank_memory",
+    "PHASES",
+    "StepPeak",
+    "step_peak",
+    "rank_step_peak",
+    "optimizer_temporary_bytes",
+    "autocast_cast_cache_bytes",
+    "even_layers",
+    "transformer_backward_layers",
     "fits",
     "fit_verdicts",
     "format_precision_table",
@@ -122,6 +151,17 @@ class PrecisionMode:
     activation_bytes: int  # each saved activation element; dropout masks are 1 byte in any mode
     description: str
     source: str
+    # each element of the loss's log-softmax and the outputs' gradient it makes; None: the
+    # activations' width (autocast runs log_softmax in fp32: 4)
+    loss_bytes: int | None = None
+    # bytes per parameter of the 16-bit weight copies held from forward into backward
+    # (autocast's cast cache, 2); 0 where the parameters are already what the matmuls read
+    cast_copy_bytes: int = 0
+
+    @property
+    def loss_element_bytes(self) -> int:
+        """Bytes of each element of the loss term (log-softmax output and gradients)."""
+        return self.activation_bytes if self.loss_bytes is None else self.loss_bytes
 
 
 PRECISION_MODES: dict[str, PrecisionMode] = {
@@ -130,9 +170,22 @@ PRECISION_MODES: dict[str, PrecisionMode] = {
         "torch/optim/adam.py: _init_group (exp_avg, exp_avg_sq = zeros_like(param))"),
     "mixed": PrecisionMode(
         "mixed", 2, 2, 4, 4, 2,
-        "bf16/fp16 parameters, gradients and activations; fp32 master weights and moments",
+        "bf16/fp16 parameters, gradients (all-reduced in 16 bits) and activations; fp32 master "
+        "weights and moments (DeepSpeed's bf16/fp16 optimizer, with or without ZeRO; "
+        "Megatron-LM's distributed optimizer)",
         "ZeRO paper (Rajbhandari et al. 2020, arXiv:1910.02054) Sec. 3.1: 2 + 2 + K with "
         "K = 12 for Adam (fp32 parameters, momentum, variance)"),
+    "autocast": PrecisionMode(
+        "autocast", 4, 4, 0, 4, 2,
+        "torch.autocast + DDP: fp32 parameters, gradients (all-reduced in fp32) and moments; "
+        "bf16 matmul/conv outputs, fp32 log-softmax, a bf16 copy of each weight cached during "
+        "forward (ZeroRedundancyOptimizer keeps no master copy: ZeRO-1 shards the fp32 "
+        "moments only)",
+        "torch/amp/autocast_mode.py: autocast (cache_enabled); aten/src/ATen/autocast_mode.h: "
+        "AT_FORALL_LOWER_PRECISION_FP (linear, matmul, conv -> bf16), AT_FORALL_FP32 "
+        "(layer_norm, softmax, log_softmax, nll_loss -> fp32); torch/optim/adam.py: "
+        "_init_group (zeros_like(param): fp32 moments)",
+        loss_bytes=4, cast_copy_bytes=2),
     "bf16": PrecisionMode(
         "bf16", 2, 2, 0, 2, 2, "pure bf16: parameters, gradients, optimizer state, activations",
         "torch/optim/adam.py: _init_group, zeros_like(param) keeps bf16; measured in "
@@ -143,8 +196,9 @@ PRECISION_MODES: dict[str, PrecisionMode] = {
 }
 PRECISIONS = tuple(PRECISION_MODES)
 # What the course trains in and offers as a choice (the explorer's control, the planner's
-# --precision): pure fp16 stays for dtype lookups only, since it trains without loss scaling.
-TRAINING_PRECISIONS = tuple(p for p in PRECISION_MODES if p != "fp16")
+# --precision): pure fp16 stays for dtype lookups only, since it trains without loss scaling;
+# "autocast" joins once the explorer and the planner show its layout (issue 37 Sec. 4).
+TRAINING_PRECISIONS = ("fp32", "mixed", "bf16")
 # The course's default precision and attention (dpcost.defaults): mixed precision, the large
 # models' layout (ZeRO paper Sec. 3.1), and SDPA. What the course measures on a CPU (gloo,
 # fp32, eager or SDPA as the module runs) asks for its precision by name.
@@ -362,7 +416,10 @@ def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer
     DDP rank    N p   N g   N k   N g (or 0)   0            A b/n    O/n    2 O/n
     ==========  ====  ====  ====  ===========  ===========  =======  =====  ==========
 
-    DDP's bucket copy is 0 with ``gradient_as_bucket_view=True``. DP's other GPUs hold their
+    The loss term's 2 O is at the activations' width, except under ``autocast``, whose
+    log-softmax is fp32 (``PrecisionMode.loss_bytes``). These components are what the step holds
+    at some point; ``step_peak`` turns them into the step's peak. DDP's bucket copy is 0 with
+    ``gradient_as_bucket_view=True``. DP's other GPUs hold their
     replica's output until ``gather`` and the output gradient ``Gather.backward`` sends back;
     with n = 1 there is no other GPU and "dp_other" is all 0.0.
     """
@@ -382,17 +439,18 @@ def memory_per_gpu(model: ModelPreset, num_gpus: int, batch_size: int, optimizer
     activations = activation_bytes_per_sample(model, mode, attention) * b / n
     w = PRECISION_MODES[mode].activation_bytes
     outputs = float(model.output_elements_per_sample * b * w)  # the whole batch's, O
+    # 2 O: log-softmax's output and the outputs' gradient (fp32 under autocast)
+    loss = 2.0 * model.output_elements_per_sample * b * PRECISION_MODES[mode].loss_element_bytes
 
     def gpu(p, g, s, bucket, reduce, a, o, loss):
         return dict(zip(COMPONENTS, (p, g, s, bucket, reduce, a, o, loss), strict=True))
 
-    dp_gpu0 = gpu(params, grads, optim, 0.0, grads, activations, outputs, 2 * outputs)
+    dp_gpu0 = gpu(params, grads, optim, 0.0, grads, activations, outputs, loss)
     if n == 1:
         dp_other = gpu(*[0.0] * len(COMPONENTS))
     else:
         dp_other = gpu(params, grads, 0.0, 0.0, 0.0, activations, outputs / n, outputs / n)
-    ddp_rank = gpu(params, grads, optim, buckets, 0.0, activations, outputs / n,
-                   2 * outputs / n)
+    ddp_rank = gpu(params, grads, optim, buckets, 0.0, activations, outputs / n, loss / n)
     return {"dp_gpu0": dp_gpu0, "dp_other": dp_other, "ddp_rank": ddp_rank}
 
 
@@ -465,6 +523,250 @@ def rank_memory(model: ModelPreset, num_gpus: int, batch_size: int, strategy: st
     if strategy in ("zero2", "zero3"):
         out["DDP bucket copy"] = 0.0
     return {c: out[c] for c in COMPONENTS}
+
+
+# --- the step's peak ------------------------------------------------------------------------
+
+PHASES = ("forward end", "backward start", "backward", "backward end", "optimizer step")
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """The most one GPU holds during a training step, and when.
+
+    ``bytes`` = sum(``held``) + ``transient``; ``held`` has ``COMPONENTS``' keys, each the part
+    of that component held at the peak; ``transient`` the temporaries then (the optimizer's
+    foreach copies, a layer's backward intermediates, autocast's cast cache); ``phases`` the
+    largest bytes of each of ``PHASES``.
+    """
+
+    bytes: float
+    phase: str
+    held: dict
+    transient: float
+    phases: dict
+
+
+def optimizer_temporary_bytes(parameters: float, precision: str = DEFAULT_PRECISION,
+                              optimizer: str = "adam", largest_tensor: float | None = None
+                              ) -> float:
+    """Bytes of the optimizer step's temporaries on one GPU, beyond its state and gradients.
+
+    - Adam, foreach (the default on a GPU): ``torch/optim/adam.py: _multi_tensor_adam`` updates
+      the moments in place (``_foreach_lerp_``, ``_foreach_mul_``, ``_foreach_addcmul_``) and
+      makes one new state-sized list, ``exp_avg_sq_sqrt = torch._foreach_sqrt(
+      device_exp_avg_sqs)``, for all the tensors of a device and dtype at once:
+      ``parameters`` x the state's bytes.
+    - Adam under ``mixed``: the master copy is stepped one tensor at a time (as
+      ``benchmarks/gpu_memory_check.py`` does, and as an fp32 gradient must exist to step the
+      fp32 master): that tensor's fp32 gradient and its ``exp_avg_sq_sqrt``, 4 + 4 B x
+      ``largest_tensor`` elements (default ``parameters``: one flat buffer).
+    - SGD, with or without momentum: ``torch/optim/sgd.py: _multi_tensor_sgd`` updates the
+      buffers and parameters in place (``_foreach_mul_``, ``_foreach_add_``): 0 once the
+      buffers exist (the first step clones the gradients into them: the state itself).
+
+    ``parameters`` is the elements this GPU steps (its shard under ZeRO).
+    """
+    n = check_real(parameters, "parameters", 0.0)
+    mode = PRECISION_MODES[_precision(precision)]
+    check_choice(optimizer, "optimizer", _MOMENTS)
+    if optimizer != "adam":
+        return 0.0
+    if mode.master_bytes:
+        largest = n if largest_tensor is None else check_real(largest_tensor, "largest_tensor",
+                                                              0.0)
+        return float((mode.master_bytes + mode.state_bytes) * min(largest, n))
+    return float(n * mode.state_bytes)
+
+
+def autocast_cast_cache_bytes(parameters: float, precision: str = DEFAULT_PRECISION) -> float:
+    """Bytes of the 16-bit weight copies held from forward into backward: parameters x
+    ``PrecisionMode.cast_copy_bytes`` (2 under ``autocast``, else 0).
+
+    ``torch/amp/autocast_mode.py``: with ``cache_enabled=True`` (the default) autocast keeps the
+    bf16 cast of each leaf weight that requires grad until the autocast region exits (the end
+    of forward); the linear and conv layers save the same copies for their backward, which
+    frees each as that layer's backward ends. An upper bound: embeddings and norms run without
+    a cast (aten/src/ATen/autocast_mode.h lists neither among the lower-precision ops).
+    """
+    n = check_real(parameters, "parameters", 0.0)
+    return float(n * PRECISION_MODES[_precision(precision)].cast_copy_bytes)
+
+
+def even_layers(activations: float, gradients: float, count: int) -> list[tuple]:
+    """``count`` equal layers that split ``activations`` and ``gradients`` bytes between them:
+    the ``layers`` of ``step_peak`` for a stack of identical blocks."""
+    c = check_int(count, "count", 1)
+    a = check_real(activations, "activations", 0.0)
+    g = check_real(gradients, "gradients", 0.0)
+    return [(a / c, g / c)] * c
+
+
+_OUTSIDE_BLOCKS = {"gpt2": (2, 2), "llama": (1, 2), "bert": (5, 2)}
+
+
+def transformer_backward_layers(model: ModelPreset, samples: float,
+                                precision: str = DEFAULT_PRECISION,
+                                attention: str = defaults.ATTENTION,
+                                gradient_share: float = 1.0) -> tuple[list[tuple], float]:
+    """``step_peak``'s layers and per-layer transient for a transformer preset.
+
+    Returns (layers, transient): L equal layers, each with its activations
+    (``transformer_layer_activation_bytes`` x ``samples``) and its parameters' gradients
+    (``dpcost.presets.transformer_parameter_counts``: one block's tensors, x the mode's
+    gradient bytes x ``gradient_share``, e.g. 1/n where gradients are sharded). The embeddings,
+    final norm and LM head are left to ``step_peak``'s rest: their gradients counted from the
+    start of backward (the LM head's comes first), the rest of the activations to its end.
+    The transient: the largest pair of tensors a layer's backward holds at once beyond what it
+    saved, the gradient flowing into an op and the one it makes: the MLP's two s b f tensors,
+    or under eager attention the s x s probabilities' and scores' gradients (2 a s^2 b), at the
+    activations' width. (None, 0.0) for a model without ``TRANSFORMER_SHAPES``.
+    """
+    _check_model(model)
+    shape = _shape_of(model)
+    if shape is None:
+        return None, 0.0
+    b = check_real(samples, "samples", 0.0)
+    mode = PRECISION_MODES[_precision(precision)]
+    eager = check_choice(attention, "attention", ATTENTIONS) == "eager"
+    share = check_real(gradient_share, "gradient_share", 0.0)
+    counts = transformer_parameter_counts(model.name)
+    # tensors before the blocks (GPT-2: wte, wpe; Llama: embed_tokens; BERT: 5 embeddings')
+    # and after them (GPT-2: ln_f's two; Llama: norm, lm_head; BERT: the pooler's two)
+    first, last = _OUTSIDE_BLOCKS[shape.family]
+    per_block = (len(counts) - first - last) // shape.layers
+    block_elements = sum(counts[first:first + per_block])
+    layer_activations = b * transformer_layer_activation_bytes(
+        shape.seq_len, shape.hidden, shape.heads, 1, mode.name, attention)
+    layers = even_layers(layer_activations * shape.layers,
+                         block_elements * mode.gradient_bytes * share * shape.layers,
+                         shape.layers)
+    s, w = shape.seq_len, mode.activation_bytes
+    transient = 2 * s * b * shape.mlp * w
+    if eager:
+        transient = max(transient, 2 * shape.heads * s * s * b * w)
+    return layers, float(transient)
+
+
+def step_peak(components: dict, *, layers=None, layer_transient: float = 0.0,
+              optimizer_temporaries: float = 0.0, cast_cache: float = 0.0) -> StepPeak:
+    """The peak of one training step from what a GPU holds (``memory_per_gpu``'s or
+    ``rank_memory``'s components), following the step instead of summing it.
+
+    With R = parameters + optimizer state + DDP bucket copy (held throughout: the bucket copy
+    from DDP's construction, ``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view``),
+    A activations, G gradients, O outputs, 2 O the loss term and D DP's reduce buffer:
+
+    - forward end: R + A + O + O: the outputs (logits) and log-softmax's output, which
+      ``cross_entropy`` saves (``log_softmax``'s backward reads its result). Gradients are
+      absent: ``zero_grad(set_to_none=True)`` (the default) freed them after the last step.
+    - backward start: R + A + O + 2 O: ``nll_loss``'s backward makes the log-probabilities'
+      gradient (O) while log-softmax's saved output (O) is alive, and ``_log_softmax_backward
+      _data`` makes the outputs' gradient (O), counted where the outputs were: the logits
+      themselves are freed once the loss holds what backward needs (``loss = loss_fn(model(x),
+      y)``, or ``del logits``). Then the three are freed.
+    - backward: layer by layer from the last, layer k's backward holds the activations of
+      layers 1..k, the gradients of layers k..L, those of the rest (from the start: an LM
+      head's come first) and ``layer_transient`` (the gradients flowing through the layer);
+      activations fall and gradients rise, so the largest is at one end for equal layers.
+      ``layers``: (activation bytes, gradient bytes) per layer in forward order, e.g.
+      ``even_layers`` or ``transformer_backward_layers``; what they leave of A is held to the
+      end of backward (saved by the stem or the head) and what they leave of G is counted from
+      its start. ``None``: one layer holding everything (A + G at once: the upper bound).
+    - backward end: R + G + D (+ the rest of A): DataParallel's ``ReduceAddCoalesced`` makes
+      GPU0's summed gradients (D) while its replica's (G) are alive.
+    - optimizer step: R + G + ``optimizer_temporaries`` (``optimizer_temporary_bytes``).
+
+    ``cast_cache`` (``autocast_cast_cache_bytes``) is held from the end of forward to the end
+    of backward (an upper bound: each layer's copy goes with its backward). The peak is the
+    largest phase; a tie goes to the earlier one.
+    """
+    if not isinstance(components, dict) or set(components) != set(COMPONENTS):
+        raise ValueError(f"components must be a dict with the keys {list(COMPONENTS)}, got "
+                         f"{components!r:.200}")
+    c = {k: check_real(components[k], f"components[{k!r}]", 0.0) for k in COMPONENTS}
+    layer_transient = check_real(layer_transient, "layer_transient", 0.0)
+    optimizer_temporaries = check_real(optimizer_temporaries, "optimizer_temporaries", 0.0)
+    cast_cache = check_real(cast_cache, "cast_cache", 0.0)
+    A, G = c["activations"], c["gradients"]
+    if layers is None:
+        layers = [(A, G)]
+    try:
+        layers = [(float(a), float(g)) for a, g in layers]
+    except (TypeError, ValueError):
+        raise ValueError("layers must be (activation bytes, gradient bytes) pairs, got "
+                         f"{layers!r:.200}") from None
+    if not layers or any(not (math.isfinite(a) and math.isfinite(g)) or a < 0 or g < 0
+                         for a, g in layers):
+        raise ValueError(f"layers must be finite non-negative pairs, got {layers!r:.200}")
+    slack = 1e-9 * max(A, G, 1.0)
+    if sum(a for a, _ in layers) > A + slack or sum(g for _, g in layers) > G + slack:
+        raise ValueError("layers hold more than components' activations or gradients")
+    rest_a = max(A - sum(a for a, _ in layers), 0.0)
+    rest_g = max(G - sum(g for _, g in layers), 0.0)
+
+    resident = {k: c[k] for k in ("parameters", "optimizer state", "DDP bucket copy")}
+    none = dict.fromkeys(COMPONENTS, 0.0)
+
+    def point(transient, **held):
+        held = {**none, **resident, **held}
+        return held, transient
+
+    points = {  # phase -> candidates (held components, transient bytes)
+        "forward end": [point(cast_cache, activations=A, outputs=c["outputs"],
+                              **{"loss and output grads": c["loss and output grads"] / 2})],
+        "backward start": [point(cast_cache, activations=A, outputs=c["outputs"],
+                                 **{"loss and output grads": c["loss and output grads"]})],
+        "backward": [],
+        "backward end": [point(0.0, gradients=G, activations=rest_a,
+                               **{"DP reduce buffer": c["DP reduce buffer"]})],
+        "optimizer step": [point(optimizer_temporaries, gradients=G)],
+    }
+    acts = [a for a, _ in layers]
+    grads = [g for _, g in layers]
+    for k in range(len(layers) - 1, -1, -1):
+        points["backward"].append(point(cast_cache + layer_transient,
+                                        activations=rest_a + sum(acts[:k + 1]),
+                                        gradients=rest_g + sum(grads[k:])))
+
+    def total(candidate):
+        held, transient = candidate
+        return sum(held.values()) + transient
+
+    phases = {name: max(total(p) for p in points[name]) for name in PHASES}
+    phase = max(PHASES, key=lambda name: phases[name])  # the first of equal maxima
+    held, transient = max(points[phase], key=total)
+    return StepPeak(float(phases[phase]), phase, {k: float(held[k]) for k in COMPONENTS},
+                    float(transient), {k: float(v) for k, v in phases.items()})
+
+
+def rank_step_peak(model: ModelPreset, num_gpus: int, batch_size: int, strategy: str = "ddp",
+                   optimizer: str = "adam", precision: str = DEFAULT_PRECISION, *,
+                   attention: str = defaults.ATTENTION, gradient_as_bucket_view: bool = False,
+                   largest_tensor: float | None = None) -> StepPeak:
+    """``step_peak`` of one rank's ``rank_memory``, with the preset's layers where it has them
+    (``transformer_backward_layers``), Adam's foreach temporaries on the rank's share of the
+    state (``optimizer_temporary_bytes``) and autocast's cast cache.
+
+    ``largest_tensor``: elements of the largest parameter (``mixed`` steps one at a time);
+    default the largest of ``dpcost.presets.transformer_parameter_counts`` for a transformer
+    preset, else the whole model.
+    """
+    parts = rank_memory(model, num_gpus, batch_size, strategy, optimizer, precision,
+                        attention=attention, gradient_as_bucket_view=gradient_as_bucket_view)
+    n = check_num_gpus(num_gpus)
+    sharded = SHARDED_COMPONENTS[strategy]
+    samples = batch_size / n
+    layers, transient = transformer_backward_layers(
+        model, samples, precision, attention,
+        gradient_share=1 / n if "gradients" in sharded else 1.0)
+    stepped = model.parameters / (n if "optimizer state" in sharded else 1)
+    if largest_tensor is None and _shape_of(model) is not None:
+        largest_tensor = max(transformer_parameter_counts(model.name))
+    temporaries = optimizer_temporary_bytes(stepped, precision, optimizer, largest_tensor)
+    cast = autocast_cast_cache_bytes(model.parameters, precision)
+    return step_peak(parts, layers=layers, layer_transient=transient,
+                     optimizer_temporaries=temporaries, cast_cache=cast)
 
 
 # --- does it fit ----------------------------------------------------------------------------

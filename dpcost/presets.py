@@ -387,6 +387,22 @@ INTERCONNECTS: dict[str, InterconnectPreset] = {
         source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s total (both directions) = 450 GB/s "
         "per direction per GPU, nominal. Latency: typical few-us NCCL small-message figure",
     ),
+    "NVLink 2 (V100)": InterconnectPreset(
+        name="NVLink 2 (V100)",
+        bandwidth_bytes_per_s=150 * _GB,
+        latency_s=3e-6,
+        source="NVIDIA Tesla V100 datasheet (SXM2): NVLink 300 GB/s total (both directions) = "
+        "150 GB/s per direction per GPU, nominal. Latency: typical few-us NCCL small-message "
+        "figure",
+    ),
+    "NVLink 4 (H200)": InterconnectPreset(
+        name="NVLink 4 (H200)",
+        bandwidth_bytes_per_s=450 * _GB,
+        latency_s=3e-6,
+        source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): NVLink 900 GB/s total (both "
+        "directions) = 450 GB/s per direction per GPU, nominal, as H100's. Latency: typical "
+        "few-us NCCL small-message figure",
+    ),
     "InfiniBand HDR": InterconnectPreset(
         name="InfiniBand HDR",
         bandwidth_bytes_per_s=200e9 / 8,  # 25 GB/s
@@ -416,11 +432,13 @@ INTERCONNECTS: dict[str, InterconnectPreset] = {
 
 @dataclass(frozen=True)
 class GPUPreset:
-    """A GPU's peak dense math rates (FLOP/s, no sparsity) and its memory, with sources."""
+    """A GPU's peak dense math rates (FLOP/s, no sparsity), its memory and that memory's
+    bandwidth, with sources."""
 
     name: str
     peak_flops: dict  # {"bf16", "fp16", "tf32", "fp32"} -> dense FLOP/s
     memory_bytes: float  # HBM capacity, bytes
+    memory_bandwidth_bytes_per_s: float  # HBM bandwidth, bytes/s (the datasheet's, nominal)
     source: str
 
 
@@ -429,18 +447,43 @@ GPUS: dict[str, GPUPreset] = {
         name="A100 SXM 80GB",
         peak_flops={"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
         memory_bytes=80e9,
+        memory_bandwidth_bytes_per_s=2039e9,
         source="NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column): FP32 19.5 "
         "TFLOPS; TF32 Tensor Core 156 TFLOPS, BF16/FP16 Tensor Core 312 TFLOPS (dense; the "
         "datasheet's 312*/624* are with sparsity); 80GB HBM2e (decimal here; the device "
-        "reports 81,920 MiB)",
+        "reports 81,920 MiB), GPU memory bandwidth 2,039 GB/s",
     ),
     "H100 SXM 80GB": GPUPreset(
         name="H100 SXM 80GB",
         peak_flops={"bf16": 989.5e12, "fp16": 989.5e12, "tf32": 494.5e12, "fp32": 67e12},
         memory_bytes=80e9,
+        memory_bandwidth_bytes_per_s=3.35e12,
         source="NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): FP32 67 TFLOPS; "
         "TF32 Tensor Core 989 TFLOPS*, BF16/FP16 Tensor Core 1,979 TFLOPS*, where * is with "
-        "sparsity and dense is half (494.5 and 989.5 here); 80GB HBM3 (decimal here)",
+        "sparsity and dense is half (494.5 and 989.5 here); 80GB HBM3 (decimal here), GPU "
+        "memory bandwidth 3.35 TB/s",
+    ),
+    "V100 SXM2 32GB": GPUPreset(
+        name="V100 SXM2 32GB",
+        # Volta has no bf16 and no TF32: the course's 16-bit modes run there as fp16 (with loss
+        # scaling) at the fp16 tensor-core rate, and "tf32" is plain fp32 math.
+        peak_flops={"bf16": 125e12, "fp16": 125e12, "tf32": 15.7e12, "fp32": 15.7e12},
+        memory_bytes=32e9,
+        memory_bandwidth_bytes_per_s=900e9,
+        source="NVIDIA Tesla V100 datasheet (V100 SXM2 column): single precision 15.7 TFLOPS, "
+        "tensor performance 125 TFLOPS (fp16 tensor cores, dense: Volta has no sparsity, no "
+        "bf16 and no TF32; the 16-bit rate here is fp16's), 32 GB HBM2 (decimal here), memory "
+        "bandwidth 900 GB/s",
+    ),
+    "H200 SXM 141GB": GPUPreset(
+        name="H200 SXM 141GB",
+        peak_flops={"bf16": 989.5e12, "fp16": 989.5e12, "tf32": 494.5e12, "fp32": 67e12},
+        memory_bytes=141e9,
+        memory_bandwidth_bytes_per_s=4.8e12,
+        source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): FP32 67 TFLOPS; "
+        "TF32 Tensor Core 989 TFLOPS*, BF16/FP16 Tensor Core 1,979 TFLOPS*, where * is with "
+        "sparsity and dense is half (494.5 and 989.5 here, as H100's); 141GB HBM3e (decimal "
+        "here), GPU memory bandwidth 4.8 TB/s",
     ),
 }
 

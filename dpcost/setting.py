@@ -19,6 +19,7 @@ from dpcost.dataparallel_traffic import (
     resnet50_parameter_bytes,
     resnet50_ready_order_bytes,
 )
+from dpcost.gpu_time import CONV_FLOPS_SHARE
 from dpcost.memory import PRECISION_MODES, activation_bytes_per_sample
 from dpcost.presets import (
     GPUS,
@@ -65,6 +66,14 @@ class ModelFacts:
     output_bytes: float
     tokens_per_sample: int = 0  # 0 for a non-token input
     tensor_names: tuple | None = None  # DDP's parameter names, when traced
+    # aten ops one forward + backward dispatches (each a kernel launch on a GPU, or a view the
+    # host still pays for); about independent of the batch. 0: unknown (dpcost.gpu_time
+    # estimates it from the tensors).
+    ops: int = 0
+    forward_ops: int = 0  # of them in forward (0: unknown)
+    convolutions: int = 0  # convolution calls, forward and backward
+    conv_flops_share: float = 0.0  # share of the FLOPs in convolutions (TF32 in fp32 on a GPU)
+    buffers: int | None = None  # buffer tensors; None: one per entry of buffer_bytes
     source: str = ""
     notes: dict = field(default_factory=dict, compare=False)
 
@@ -79,6 +88,11 @@ class ModelFacts:
         if self.tensor_bytes is not None:
             return float(sum(self.tensor_bytes))
         return float(self.parameters * PRECISION_MODES[self.precision].gradient_bytes)
+
+    @property
+    def buffer_count(self) -> int:
+        """Buffer tensors (DataParallel replicates each, DDP broadcasts each)."""
+        return len(self.buffer_bytes) if self.buffers is None else self.buffers
 
     def per(self, value: float, samples: int) -> float:
         """``value`` (for ``batch`` samples) for ``samples`` samples."""
@@ -114,6 +128,10 @@ class Setting:
     bucket_cap_mb: float | None = None  # None: DDP's own caps, 1 MiB then 25 MiB
     find_unused_parameters: bool = False
     gradient_as_bucket_view: bool = False
+    # a measured forward + backward of one GPU's batch (seconds, at ddp_samples_per_rank);
+    # None: modelled from FLOPs, bytes and ops (dpcost.gpu_time)
+    compute_s: float | None = None
+    peer_to_peer: bool = True  # False: NCCL stages through host memory (PCIe boards without P2P)
 
     @property
     def precision(self) -> str:
@@ -216,6 +234,10 @@ def facts_from_preset(model: ModelPreset, precision: str = defaults.PRECISION,
         * len(elements),
         ready_order=order, frozen_elements=0, frozen_bytes=0.0,
         buffer_bytes=_buffer_bytes(model, precision), batch=1,
+        buffers=3 * resnet50_counts()["batchnorm_layers"] if model.name == "ResNet-50"
+        and elements is not None else None,
+        conv_flops_share=CONV_FLOPS_SHARE.get(model.name, 0.0) if elements is not None
+        else 0.0,
         forward_flops=flops / 3, backward_flops=2 * flops / 3,
         activation_bytes=activation_bytes_per_sample(model, precision, attention),
         input_bytes=_input_bytes(model, precision),

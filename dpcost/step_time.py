@@ -303,7 +303,8 @@ def serial_completion(ready, durations) -> list[tuple[float, float]]:
 
 
 def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes_per_s,
-                  latency_s, optimizer_s=0.0, allreduce_time=None) -> StepTime:
+                  latency_s, optimizer_s=0.0, allreduce_time=None,
+                  buffer_broadcast_s=0.0) -> StepTime:
     """A DDP step: forward, backward with the buckets' all-reduces under it, the tail, the step.
 
     Backward produces gradients at a steady rate in bytes, in bucket order (reverse parameter
@@ -312,10 +313,13 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
     ``ring_allreduce_time(b_k)`` (or ``allreduce_time(b_k)`` if given, e.g. a two-level one).
     Exposed communication is what runs past the end of backward; the optimizer waits for the
     last bucket. Total: ``max(backward end, last all-reduce end) + optimizer``.
+    ``buffer_broadcast_s``: the buffers' broadcast before forward (``distributed.py:
+    _sync_buffers``), exposed.
     """
     fwd = check_real(forward_s, "forward_s", 0.0)
     bwd = check_real(backward_s, "backward_s", 0.0)
     opt = check_real(optimizer_s, "optimizer_s", 0.0)
+    sync = check_real(buffer_broadcast_s, "buffer_broadcast_s", 0.0)
     sizes = check_sizes(bucket_bytes, "bucket_bytes")
     n = check_num_gpus(num_gpus)
     _link(bandwidth_bytes_per_s, latency_s)
@@ -324,19 +328,21 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
             return ring_allreduce_time(b, n, bandwidth_bytes_per_s, latency_s)
     elif not callable(allreduce_time):
         raise TypeError(f"allreduce_time must be callable, got {type(allreduce_time).__name__}")
-    intervals = [Interval("forward", "compute", 0.0, fwd),
-                 Interval("backward", "compute", fwd, fwd + bwd)]
+    intervals = ([Interval("broadcast buffers", "communication", 0.0, sync)] if sync else []) + [
+        Interval("forward", "compute", sync, sync + fwd),
+        Interval("backward", "compute", sync + fwd, sync + fwd + bwd)]
+    fwd_end = sync + fwd
     total_grad = sum(sizes)
     if not math.isfinite(total_grad):
         raise ValueError("bucket_bytes must add up to a finite number of bytes, got "
                          f"{total_grad!r}")
-    backward_end = fwd + bwd
+    backward_end = fwd_end + bwd
     ready, durations, produced = [], [], 0.0
     for b in sizes if n > 1 else []:
         produced += b
-        ready.append(fwd + (bwd * produced / total_grad if total_grad > 0 else bwd))
+        ready.append(fwd_end + (bwd * produced / total_grad if total_grad > 0 else bwd))
         durations.append(allreduce_time(b))
-    done, comm = fwd, 0.0
+    done, comm = fwd_end, sync
     for k, (start, done) in enumerate(serial_completion(ready, durations)):
         comm += durations[k]
         intervals.append(Interval(f"all-reduce bucket {k}", "communication", start, done))
@@ -344,7 +350,7 @@ def ddp_step_time(forward_s, backward_s, bucket_bytes, num_gpus, bandwidth_bytes
     _check_finite_step(end + opt, comm)
     intervals.append(Interval("optimizer step", "compute", end, end + opt))
     return StepTime(total_s=end + opt, compute_s=fwd + bwd + opt, communication_s=comm,
-                    exposed_communication_s=end - backward_end, intervals=intervals)
+                    exposed_communication_s=end - backward_end + sync, intervals=intervals)
 
 
 def _check_finite_step(total_s, communication_s):
@@ -373,7 +379,8 @@ def _dp_transfer_time(row, beta, alpha) -> float:
 
 def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
                  bandwidth_bytes_per_s, latency_s, path="nccl", buffer_bytes=0, input_bytes=0,
-                 output_bytes=0, loss_s=0.0, optimizer_s=0.0, param_sizes=None) -> StepTime:
+                 output_bytes=0, loss_s=0.0, optimizer_s=0.0, param_sizes=None,
+                 replicate_s=0.0) -> StepTime:
     """A DataParallel step on GPU0, every phase after the one before:
 
     scatter inputs + broadcast P and B + forward + gather outputs + loss (on GPU0) + scatter
@@ -384,6 +391,7 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
     ("copy" or "nccl"), each phase ``latency_steps x alpha`` plus its bytes on GPU0's link over
     beta (the chain's bytes per link on the NCCL path). Nothing overlaps: the reduce starts
     after backward (``Broadcast.backward`` runs once all replicas' gradients exist).
+    ``replicate_s``: ``replicate``'s host work each step (``dpcost.gpu_time.replicate_seconds``).
     """
     from dpcost.dataparallel_traffic import dp_path_traffic
 
@@ -391,6 +399,7 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
     bwd = check_real(backward_s, "backward_s", 0.0)
     loss = check_real(loss_s, "loss_s", 0.0)
     opt = check_real(optimizer_s, "optimizer_s", 0.0)
+    rep = check_real(replicate_s, "replicate_s", 0.0)
     beta, alpha = _link(bandwidth_bytes_per_s, latency_s)
     n = check_num_gpus(num_gpus)
     rows = dp_path_traffic(param_bytes, buffer_bytes, grad_bytes, input_bytes, output_bytes,
@@ -402,12 +411,15 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
                "gather outputs" if "gather the outputs" in row.action else
                "scatter output grads" if "output gradients" in row.action else "reduce")
         comm_of[key] = _dp_transfer_time(row, beta, alpha)
-    order = [("scatter inputs", "communication"), ("broadcast", "communication"),
+    order = [("replicate (host)", "compute"), ("scatter inputs", "communication"),
+             ("broadcast", "communication"),
              ("forward", "compute"), ("gather outputs", "communication"),
              ("loss", "compute"), ("scatter output grads", "communication"),
              ("backward", "compute"), ("reduce", "communication"),
              ("optimizer step", "compute")]
     durations = {"forward": fwd, "loss": loss, "backward": bwd, "optimizer step": opt}
+    if rep:
+        durations["replicate (host)"] = rep
     durations.update(comm_of)
     t, intervals = 0.0, []
     for name, lane in order:
@@ -417,7 +429,7 @@ def dp_step_time(forward_s, backward_s, param_bytes, grad_bytes, num_gpus,
         t += d
     comm = sum(comm_of.values())
     _check_finite_step(t, comm)
-    return StepTime(total_s=t, compute_s=fwd + bwd + loss + opt, communication_s=comm,
+    return StepTime(total_s=t, compute_s=fwd + bwd + loss + opt + rep, communication_s=comm,
                     exposed_communication_s=comm, intervals=intervals)
 
 

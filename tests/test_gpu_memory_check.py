@@ -18,8 +18,10 @@ import pytest
 
 from dpcost.memory import (
     COMPONENTS,
+    PHASES,
     PRECISIONS,
     rank_memory,
+    rank_step_peak,
     resnet50_activation_bytes,
     total_bytes,
     transformer_layer_activation_bytes,
@@ -185,6 +187,7 @@ def test_one_prediction_by_hand(dry_run):
 @pytest.mark.parametrize("precision,per_param", [
     ("fp32", {"parameters": 4, "gradients": 4, "optimizer state": 8, "DDP bucket copy": 4}),
     ("mixed", {"parameters": 2, "gradients": 2, "optimizer state": 12, "DDP bucket copy": 2}),
+    ("autocast", {"parameters": 4, "gradients": 4, "optimizer state": 8, "DDP bucket copy": 4}),
     ("bf16", {"parameters": 2, "gradients": 2, "optimizer state": 4, "DDP bucket copy": 2}),
     ("fp16", {"parameters": 2, "gradients": 2, "optimizer state": 4, "DDP bucket copy": 2}),
 ])
@@ -201,6 +204,27 @@ def test_census_of_the_real_step_is_the_models_bytes(dry_run, precision, per_par
         assert case["predicted_resident_bytes"] == pytest.approx(
             case["predicted"]["parameters"] + case["predicted"]["optimizer state"]
             + case["predicted"]["DDP bucket copy"])
+
+
+def test_ratio_is_against_the_step_peak(dry_run):
+    # The prediction is step_peak of the components (what the step holds at its peak), at most
+    # their sum plus the temporaries it adds, and for the full-size models rank_step_peak's.
+    _, report, _ = dry_run
+    for case in report["cases"]:
+        assert case["predicted_phase"] in PHASES
+        assert case["predicted_peak_bytes"] == max(case["predicted_phases"].values())
+        assert 0 < case["predicted_peak_bytes"]
+    module = _load_script()
+    for spec in module.full_specs():
+        for precision in PRECISIONS:
+            attention = None if spec.kind == "resnet" else "sdpa"
+            parts, _ = module.predict(spec, MODELS[spec.name].parameters, precision, attention)
+            peak = module.predict_peak(spec, MODELS[spec.name].parameters, precision,
+                                       attention, parts)
+            assert peak.bytes == rank_step_peak(
+                MODELS[spec.name], 1, spec.batch, "ddp", "adam", precision,
+                attention=attention or "eager",
+                largest_tensor=module.largest_tensor(spec)).bytes
 
 
 def test_markdown_has_a_row_per_case_and_the_caveats(dry_run):

@@ -48,6 +48,9 @@ def test_bytes_per_parameter_for_each_mode_and_optimizer():
     assert table == {
         ("fp32", "sgd"): (4, 4, 0), ("fp32", "sgd_momentum"): (4, 4, 4),
         ("fp32", "adam"): (4, 4, 8),
+        # torch.autocast: fp32 parameters, gradients and moments, no master copy
+        ("autocast", "sgd"): (4, 4, 0), ("autocast", "sgd_momentum"): (4, 4, 4),
+        ("autocast", "adam"): (4, 4, 8),
         # mixed: 16-bit params and grads; fp32 master (4) + fp32 moments (ZeRO Sec. 3.1: K = 12)
         ("mixed", "sgd"): (2, 2, 4), ("mixed", "sgd_momentum"): (2, 2, 8),
         ("mixed", "adam"): (2, 2, 12),

@@ -192,8 +192,8 @@ def test_interconnect_bandwidths_from_their_units():
     assert INTERCONNECTS["InfiniBand NDR"].bandwidth_bytes_per_s == 50 * gb  # 400 Gb/s
     assert INTERCONNECTS["100 GbE"].bandwidth_bytes_per_s == 12.5 * gb  # 100 Gb/s
     assert list(INTERCONNECTS) == ["PCIe 4.0 x16", "PCIe 5.0 x16", "NVLink 3 (A100)",
-                                   "NVLink 4 (H100)", "InfiniBand HDR", "InfiniBand NDR",
-                                   "100 GbE"]
+                                   "NVLink 4 (H100)", "NVLink 2 (V100)", "NVLink 4 (H200)",
+                                   "InfiniBand HDR", "InfiniBand NDR", "100 GbE"]
     for key, link in INTERCONNECTS.items():
         assert isinstance(link, InterconnectPreset) and link.name == key and link.source
         assert 1e-7 < link.latency_s < 1e-4  # microseconds, as published
@@ -232,17 +232,29 @@ def test_bad_input_names_the_parameter(kwargs, error, parameter):
 
 
 def test_gpu_presets_from_the_datasheets():
-    from dpcost.presets import GPUS
+    from dpcost.presets import GPUS, INTERCONNECTS
 
     a100, h100 = GPUS["A100 SXM 80GB"], GPUS["H100 SXM 80GB"]
+    v100, h200 = GPUS["V100 SXM2 32GB"], GPUS["H200 SXM 141GB"]
     assert a100.peak_flops == {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}
-    # H100 datasheet prints sparse figures (1,979 bf16, 989 tf32); dense is half
-    assert h100.peak_flops["bf16"] == 1979e12 / 2 and h100.peak_flops["tf32"] == 989e12 / 2
-    assert h100.peak_flops["fp32"] == 67e12
+    # H100 and H200 datasheets print sparse figures (1,979 bf16, 989 tf32); dense is half
+    for gpu in (h100, h200):
+        assert gpu.peak_flops["bf16"] == 1979e12 / 2 and gpu.peak_flops["tf32"] == 989e12 / 2
+        assert gpu.peak_flops["fp32"] == 67e12
+    # Volta: 125 TFLOPS of fp16 tensor cores, 15.7 fp32, no bf16 or TF32 of its own
+    assert v100.peak_flops["fp16"] == 125e12 and v100.peak_flops["fp32"] == 15.7e12
+    assert "no bf16" in v100.source
+    assert [g.memory_bytes for g in (a100, h100, v100, h200)] == [80e9, 80e9, 32e9, 141e9]
+    # HBM bandwidths as the datasheets print them: 2,039 GB/s, 3.35 TB/s, 900 GB/s, 4.8 TB/s
+    assert [g.memory_bandwidth_bytes_per_s for g in (a100, h100, v100, h200)] == \
+        [2039e9, 3.35e12, 900e9, 4.8e12]
     for gpu in GPUS.values():
-        assert gpu.memory_bytes == 80e9
         assert "datasheet" in gpu.source and "sparsity" in gpu.source
+        assert "bandwidth" in gpu.source
         assert set(gpu.peak_flops) >= {"bf16", "fp32", "tf32"}
+    # the NVLink each board comes with: 300 GB/s (V100) and 900 GB/s (H200) both ways
+    assert INTERCONNECTS["NVLink 2 (V100)"].bandwidth_bytes_per_s == 300e9 / 2
+    assert INTERCONNECTS["NVLink 4 (H200)"].bandwidth_bytes_per_s == 900e9 / 2
 
 
 def test_each_count_says_where_it_comes_from():

@@ -10,38 +10,127 @@ Importing the user's module (``package.module:callable``) runs their code.
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import replace
 
 from dpcost import defaults
-from dpcost.memory import TRAINING_PRECISIONS
-from dpcost.plan.build import PlanError, build_module, example_input, positive_count
+from dpcost.memory import PRECISION_MODES, TRAINING_PRECISIONS
+from dpcost.plan.build import (
+    MAX_GPUS,
+    MAX_SIZE,
+    PlanError,
+    build_module,
+    example_input,
+    positive_count,
+    time_limit,
+)
 from dpcost.plan.costs import Settings, costs, gpus_that_fit
 from dpcost.setting import ModelFacts
 
 __all__ = ["plan", "traced_facts", "PlanError", "PRECISIONS", "OPTIMIZERS", "GPU_NAMES",
-           "recommendation", "module_facts"]
+           "LAYOUTS", "recommendation", "module_facts", "gpu_from_figures"]
 
-PRECISIONS = TRAINING_PRECISIONS
+# The course's training precisions, and PyTorch's own mixed precision (fp32 states) beside
+# the ZeRO layout ("mixed") where dpcost.memory models it.
+PRECISIONS = TRAINING_PRECISIONS + tuple(p for p in ("autocast",)
+                                         if p in PRECISION_MODES and p not in TRAINING_PRECISIONS)
 # The command line's names -> dpcost.memory's.
 OPTIMIZERS = {"adam": "adam", "sgd": "sgd", "momentum": "sgd_momentum"}
 # Short names for the GPU presets (dpcost.presets.GPUS).
-GPU_NAMES = {"A100": "A100 SXM 80GB", "H100": "H100 SXM 80GB"}
+GPU_NAMES = {"A100": "A100 SXM 80GB", "H100": "H100 SXM 80GB", "V100": "V100 SXM2 32GB",
+             "H200": "H200 SXM 141GB"}
+# The NVLink each board comes with, for the presets dpcost.defaults.INTRA_LINK does not name.
+# What realises each precision's layout of the model states in PyTorch or DeepSpeed.
+LAYOUTS = {
+    "fp32": "fp32 parameters, gradients and Adam moments (plain PyTorch)",
+    "mixed": "the ZeRO layout: bf16 parameters and gradients, an fp32 master copy in the "
+             "optimizer (DeepSpeed's bf16 mode, \"bf16\": {\"enabled\": true}; Megatron)",
+    "autocast": "PyTorch's mixed precision: fp32 parameters, gradients and all-reduce, bf16 "
+                "math (torch.autocast(\"cuda\", dtype=torch.bfloat16))",
+    "bf16": "pure bf16: model.to(torch.bfloat16), the optimizer's state in bf16 too",
+}
+# Bounds on the GPU's figures: far beyond any GPU, and every product stays a finite float.
+_FIGURES = {"--gpu-tflops": (1e-3, 1e5, "TFLOP/s"), "--gpu-tflops-fp32": (1e-3, 1e5, "TFLOP/s"),
+            "--gpu-memory-gb": (1e-3, 1e5, "GB"), "--gpu-bandwidth": (1e-3, 1e6, "GB/s"),
+            "--step-ms": (1e-6, 3.6e6, "milliseconds")}
+
+
+def _figure(parameter, value):
+    """``value`` as a float in [low, high] of ``parameter``, None stays None."""
+    if value is None:
+        return None
+    low, high, unit = _FIGURES[parameter]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not low <= value <= high:
+        raise PlanError(parameter, f"must be a number of {unit} from {low:g} to {high:g}, got "
+                        f"{value!r}")
+    return float(value)
+
+
+def gpu_from_figures(base, tflops=None, tflops_fp32=None, memory_gb=None, bandwidth_gbs=None):
+    """``base`` (a GPUPreset) with the figures given: ``tflops`` the dense 16-bit matrix peak
+    (bf16 and fp16; TF32 taken as half of it, as on A100 and H100; fp32 at ``base``'s ratio to
+    16-bit unless ``tflops_fp32`` gives it), ``memory_gb`` (10^9 B), ``bandwidth_gbs`` the
+    memory bandwidth (GB/s)."""
+    tflops = _figure("--gpu-tflops", tflops)
+    fp32 = _figure("--gpu-tflops-fp32", tflops_fp32)
+    memory_gb = _figure("--gpu-memory-gb", memory_gb)
+    bandwidth = _figure("--gpu-bandwidth", bandwidth_gbs)
+    if tflops is None and fp32 is None and memory_gb is None and bandwidth is None:
+        return base
+    peak, given = dict(base.peak_flops), []
+    if tflops is not None:
+        ratio = base.peak_flops["fp32"] / base.peak_flops["bf16"]
+        peak.update(bf16=tflops * 1e12, fp16=tflops * 1e12, tf32=tflops * 1e12 / 2,
+                    fp32=tflops * 1e12 * ratio)
+        given.append(f"{tflops:g} TFLOP/s 16-bit")
+    if fp32 is not None:
+        peak["fp32"] = fp32 * 1e12
+        given.append(f"{fp32:g} TFLOP/s fp32")
+    if memory_gb is not None:
+        given.append(f"{memory_gb:g} GB")
+    if bandwidth is not None:
+        given.append(f"{bandwidth:g} GB/s")
+    return replace(base, name=f"{base.name} with {', '.join(given)}", peak_flops=peak,
+                   memory_bytes=base.memory_bytes if memory_gb is None else memory_gb * 1e9,
+                   memory_bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s
+                   if bandwidth is None else bandwidth * 1e9,
+                   source=f"given on the command line ({', '.join(given)}); the rest from "
+                          f"{base.name}: {base.source}")
 
 
 def _gpu(name):
     from dpcost.presets import GPUS
 
-    if name in GPUS:
+    if isinstance(name, str) and name in GPUS:
         return GPUS[name]
-    if name in GPU_NAMES:
+    if isinstance(name, str) and name in GPU_NAMES:
         return GPUS[GPU_NAMES[name]]
     raise PlanError("--gpu", f"must be one of {', '.join([*GPU_NAMES, *GPUS])}, got {name!r}")
 
 
+def _intra_link(gpu_name: str):
+    from dpcost.presets import INTERCONNECTS
+
+    return INTERCONNECTS[defaults.INTRA_LINK[gpu_name]]
+
+
+def _gpu_count(parameter, value):
+    """A count of GPUs in [1, MAX_GPUS]: the plan lists a few figures per GPU."""
+    n = positive_count(parameter, value)
+    if n > MAX_GPUS:
+        shown = f"{n:,}" if n < 10**30 else f"an integer of {len(str(n)):,} digits"
+        raise PlanError(parameter, f"must be at most {MAX_GPUS:,} (4x the largest published "
+                        f"training runs; the plan lists figures per GPU), got {shown}")
+    return n
+
+
 def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
-              find_unused_parameters, gradient_as_bucket_view, utilisation) -> Settings:
-    n = positive_count("--gpus", gpus)
-    g = positive_count("--gpus-per-node", gpus_per_node)
+              find_unused_parameters, gradient_as_bucket_view, utilisation, figures=(),
+              step_ms=None) -> Settings:
+    n = _gpu_count("--gpus", gpus)
+    g = _gpu_count("--gpus-per-node", gpus_per_node)
     if n > g and n % g:
         raise PlanError("--gpus", f"{n} GPUs beyond one node must be a multiple of "
                         f"--gpus-per-node ({g})")
@@ -63,18 +152,24 @@ def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
                        ("--gradient-as-bucket-view", gradient_as_bucket_view)):
         if not isinstance(flag, bool):
             raise PlanError(name, f"must be True or False, got {flag!r}")
-    return Settings(n, g, _gpu(gpu), precision, OPTIMIZERS[optimizer], bucket_cap_mb,
-                    find_unused_parameters, gradient_as_bucket_view, float(utilisation))
+    base = _gpu(gpu)
+    step_ms = _figure("--step-ms", step_ms)
+    return Settings(n, g, gpu_from_figures(base, *figures), precision, OPTIMIZERS[optimizer],
+                    bucket_cap_mb, find_unused_parameters, gradient_as_bucket_view,
+                    float(utilisation), intra_link=_intra_link(base.name),
+                    compute_s=None if step_ms is None else step_ms / 1e3)
 
 
 def module_facts(module, example, name: str, notes: dict | None = None,
                  precision: str = defaults.PRECISION) -> ModelFacts:
     """Trace ``module`` on ``example`` once into the evaluator's ``ModelFacts`` (the
     tensors of ``example``'s batch, at ``precision``)."""
-    from dpcost.plan.trace import ATTENTION_NOTE, ddp_parameters, trace_step
+    from dpcost.plan.trace import ATTENTION_NOTE, DROPOUT_NOTE, ddp_parameters, trace_step
 
     try:
         traced = trace_step(module, example)
+    except SystemExit as error:  # the user's forward called sys.exit: a failure all the same
+        raise PlanError("--model", f"{name}'s forward called sys.exit({error.code!r})") from None
     except Exception as error:  # noqa: BLE001 - the user's forward: named, one line
         text = " ".join(str(error).split())[:300]
         raise PlanError("--input-shape", f"the forward rejected the input "
@@ -87,8 +182,11 @@ def module_facts(module, example, name: str, notes: dict | None = None,
     notes = dict(notes or {})
     notes["activations"] = (
         "saved_tensors_hooks on the traced forward, deduplicated by storage, parameters "
-        "excluded; " + (ATTENTION_NOTE if traced.sdpa_calls else "no SDPA call in the module"))
+        "excluded; " + (ATTENTION_NOTE if traced.sdpa_calls else "no SDPA call in the module")
+        + "; " + DROPOUT_NOTE)
     notes["sdpa_calls"] = traced.sdpa_calls
+    notes["ops"] = (f"{traced.ops:,} aten ops that are not views in the traced forward and "
+                    f"backward ({traced.forward_ops:,} in forward), and {traced.views:,} views")
     notes["ready_order"] = "register_post_accumulate_grad_hook during the traced backward"
     if len(traced.ready_order) < len(params):
         notes["unused"] = (f"{len(params) - len(traced.ready_order)} trainable parameter(s) "
@@ -117,6 +215,8 @@ def module_facts(module, example, name: str, notes: dict | None = None,
         input_bytes=float(example.numel() * example.element_size()),
         output_elements=traced.output_elements, output_bytes=float(traced.output_bytes),
         tokens_per_sample=int(tokens), tensor_names=tuple(n for n, _ in params),
+        ops=traced.ops, forward_ops=traced.forward_ops, convolutions=traced.convolutions,
+        conv_flops_share=traced.conv_flops_share,
         source=notes.get("built", ""), notes=notes)
 
 
@@ -124,26 +224,35 @@ def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PE
          gpu: str = "H100", precision: str = defaults.PRECISION,
          optimizer: str = defaults.OPTIMIZER, bucket_cap_mb=None, input_shape=None, batch=None,
          seq=None, find_unused_parameters: bool = False, gradient_as_bucket_view: bool = False,
-         utilisation: float = defaults.UTILISATION) -> dict:
+         utilisation: float = defaults.UTILISATION, gpu_tflops=None, gpu_tflops_fp32=None,
+         gpu_memory_gb=None, gpu_bandwidth=None, step_ms=None, timeout=None) -> dict:
     """The plan for ``model``: a preset name, ``"package.module:callable"`` (built on meta, CPU
     fallback), an ``nn.Module`` (planned on its own device), or ``ModelFacts`` already known
     (a preset's, ``dpcost.setting.preset_facts``: nothing is traced, and ``batch`` samples per
     GPU scale its per-sample figures). The input is the per-GPU batch: ``input_shape`` (one
     float input, batch first), or ``batch`` x ``seq`` tokens, or a preset's own input at
-    ``batch`` samples (default 1). Returns a dict of plain values (``report.to_json`` writes
-    it); raises PlanError naming the bad parameter.
+    ``batch`` samples (default 1). ``gpu`` is a preset, whose figures ``gpu_tflops`` (dense
+    16-bit), ``gpu_tflops_fp32``, ``gpu_memory_gb`` and ``gpu_bandwidth`` (GB/s) replace;
+    ``step_ms``, a measured forward and backward of one GPU's batch, replaces the modelled
+    compute. ``timeout`` (seconds) stops importing, building and tracing a module that takes
+    longer (main thread only). Returns a dict of plain values (``report.to_json`` writes it);
+    raises PlanError naming the bad parameter.
     """
     started = time.perf_counter()
     settings = _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
-                         find_unused_parameters, gradient_as_bucket_view, utilisation)
+                         find_unused_parameters, gradient_as_bucket_view, utilisation,
+                         (gpu_tflops, gpu_tflops_fp32, gpu_memory_gb, gpu_bandwidth), step_ms)
     if isinstance(model, ModelFacts):
         if model.precision != precision:
             raise PlanError("--precision", f"the model facts are for {model.precision}, got "
                             f"{precision!r}")
-        facts = _scaled(model, positive_count("--batch", 1 if batch is None else batch))
+        facts = _scaled(model, positive_count("--batch", 1 if batch is None else batch,
+                                              MAX_SIZE))
         built_name, built_on = facts.name, "nothing (model facts given)"
     else:
-        facts, built_name, built_on = traced_facts(model, precision, input_shape, batch, seq)
+        with time_limit(timeout, model if isinstance(model, str) else "the module"):
+            facts, built_name, built_on = traced_facts(model, precision, input_shape, batch,
+                                                       seq)
     result = costs(facts, settings)
     result.update({
         "model": built_name, "built_on": built_on, "notes": facts.notes,
@@ -152,22 +261,39 @@ def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PE
                      "bucket_cap_mb": bucket_cap_mb, "batch_per_gpu": facts.batch,
                      "find_unused_parameters": find_unused_parameters,
                      "gradient_as_bucket_view": gradient_as_bucket_view,
-                     "utilisation": settings.utilisation},
+                     "utilisation": settings.utilisation,
+                     "step_ms": None if settings.compute_s is None else settings.compute_s * 1e3,
+                     "layout": LAYOUTS.get(precision, precision)},
         "param_names": list(facts.tensor_names or ()),
         "param_bytes": list(facts.tensor_bytes or ()),
         "ready_order": list(facts.ready_order or ()),
         "activation_bytes": facts.activation_bytes,
         "output_elements_per_sample": facts.output_elements // facts.batch,
     })
+    result["compute"] = _compute_source(result, settings)
+    if settings.gpu.name.startswith("V100") and precision != "fp32":
+        result["gpu_note"] = (f"{settings.gpu.name} has no bf16: its 16-bit modes are fp16 "
+                              "(with loss scaling), the same bytes, at fp16's rate")
     result["recommendation"] = recommendation(result, facts, settings)
     result["plan_s"] = time.perf_counter() - started
     return result
 
 
+def _compute_source(result: dict, settings: Settings) -> str:
+    """Which compute the step times used: the user's measurement or the model."""
+    from dpcost.units import format_seconds
+
+    if settings.compute_s is None:
+        return "modelled (from the traced FLOPs and the GPU's figures)"
+    used = result["steps"]["ddp"]["compute_s"]
+    if math.isclose(used, settings.compute_s, rel_tol=1e-9):
+        return f"measured by the user (--step-ms: {format_seconds(settings.compute_s)})"
+    return (f"modelled: the evaluator did not use --step-ms's "
+            f"{format_seconds(settings.compute_s)} (it gives {format_seconds(used)})")
+
+
 def _scaled(facts: ModelFacts, batch: int) -> ModelFacts:
     """``facts`` for ``batch`` samples (its figures are linear in the samples)."""
-    from dataclasses import replace
-
     return replace(facts, batch=batch, **{name: facts.per(getattr(facts, name), batch)
                                           for name in ("forward_flops", "backward_flops",
                                                        "activation_bytes", "input_bytes",
@@ -193,10 +319,14 @@ def traced_facts(model, precision, input_shape, batch, seq):
                             f"the module as given, on {device.type}", None)
     else:
         built = build_module(model)
+    # autocast traces in bf16, as its matrix math runs (some of its activations, layer norms'
+    # and softmax's, stay fp32), and keeps its parameters and gradients fp32 (below)
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     device = next(built.module.parameters()).device
     example, input_note = example_input(built, device, dtype, input_shape, batch, seq)
     module = built.module
+    fp32_buffers = tuple(b.numel() * (4 if b.is_floating_point() else b.element_size())
+                         for b in module.buffers())
     if any(p.is_floating_point() and p.dtype != dtype for p in module.parameters()):
         if isinstance(model, torch.nn.Module):  # the caller's module stays as it was
             import copy
@@ -205,7 +335,29 @@ def traced_facts(model, precision, input_shape, batch, seq):
         module = module.to(dtype)
     facts = module_facts(module, example, built.name,
                          {"built": built.note, "input": input_note}, precision)
+    if precision == "autocast":
+        elements = facts.tensor_elements
+        facts = replace(facts, tensor_bytes=tuple(4 * e for e in elements),
+                        tensor_dtypes=("float32",) * len(elements),
+                        frozen_bytes=4.0 * facts.frozen_elements, buffer_bytes=fp32_buffers,
+                        notes={**facts.notes, "activations": facts.notes["activations"]
+                               + "; traced in bf16 (autocast keeps layer norms' and softmax's "
+                               "outputs in fp32)"})
     return facts, built.name, built.device
+
+
+# What realises each sharded strategy: in the ZeRO layout ("mixed") DeepSpeed's stages (their
+# optimizer keeps the fp32 master copy); otherwise PyTorch's own (ZeroRedundancyOptimizer
+# shards the optimizer's state and keeps no master copy).
+SHARDED_NAMES = {
+    "mixed": {"zero1": "ZeRO-1 (DeepSpeed ZeRO stage 1, bf16)",
+              "zero2": "ZeRO-2 (DeepSpeed ZeRO stage 2, bf16)",
+              "zero3": "ZeRO-3 (DeepSpeed ZeRO stage 3, bf16; FSDP with a bf16 MixedPrecision "
+                       "shards the same states)"},
+    "torch": {"zero1": "ZeRO-1 (ZeroRedundancyOptimizer)",
+              "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)",
+              "zero3": "FSDP with full sharding (ZeRO-3)"},
+}
 
 
 def _gb(x: float) -> str:
@@ -249,9 +401,7 @@ def recommendation(r: dict, facts: ModelFacts, settings: Settings) -> str:
             text.append("DataParallel cannot span machines.")
     else:
         order = [k for k in ("zero1", "zero2", "zero3") if fit[k]]
-        names = {"zero1": "ZeRO-1 (ZeroRedundancyOptimizer)",
-                 "zero2": "ZeRO-2 (FSDP SHARD_GRAD_OP)",
-                 "zero3": "FSDP with full sharding (ZeRO-3)"}
+        names = SHARDED_NAMES["mixed" if settings.precision == "mixed" else "torch"]
         text.append(f"Does not fit under DDP: a rank needs {_gb(totals['ddp'])} of "
                     f"{_gb(cap)}.")
         if order:

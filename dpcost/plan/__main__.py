@@ -1,13 +1,18 @@
 """python -m dpcost.plan --model SPEC: DDP's buckets, bytes, step time and memory for a model.
 
-Exit status 0 on success; 2 with one line naming the parameter on bad input; 1 with one line when
-the plan cannot be written to stdout (``>/dev/full``, a closed stdout), as the course's other
-commands (``dpcost.procs.run_cli``).
+Exit status 0 on success; 2 with one line naming the parameter on bad input (a module that
+fails, calls ``sys.exit`` or outlives ``--timeout`` included); 1 with one line when the plan
+cannot be written to stdout (``>/dev/full``, a closed stdout), as the course's other commands
+(``dpcost.procs.run_cli``). Whatever the user's module prints goes to stderr, so that stdout
+holds the plan alone (``--json``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+from contextlib import contextmanager
 
 from dpcost.plan import GPU_NAMES, OPTIMIZERS, PRECISIONS, PlanError, plan
 from dpcost.procs import OneLineErrorParser, print_out, run_cli
@@ -31,7 +36,20 @@ def _parser():
     p.add_argument("--gpus", type=int, default=8, help="data-parallel GPUs (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--gpu", default="H100", help=f"GPU preset: {', '.join(GPU_NAMES)} "
-                                                 "(default H100)")
+                                                 "(default H100); the figures below replace "
+                                                 "its own")
+    p.add_argument("--gpu-tflops", type=float, default=None,
+                   help="the GPU's dense 16-bit matrix peak, TFLOP/s (TF32 taken as half, "
+                        "fp32 at the preset's ratio)")
+    p.add_argument("--gpu-tflops-fp32", type=float, default=None,
+                   help="the GPU's fp32 peak, TFLOP/s")
+    p.add_argument("--gpu-memory-gb", type=float, default=None,
+                   help="the GPU's memory, GB (10^9 B)")
+    p.add_argument("--gpu-bandwidth", type=float, default=None,
+                   help="the GPU's memory bandwidth, GB/s")
+    p.add_argument("--step-ms", type=float, default=None,
+                   help="a measured forward + backward of one GPU's batch, ms: used instead "
+                        "of the modelled compute")
     p.add_argument("--precision", default="mixed", help=f"{', '.join(PRECISIONS)} "
                                                         "(default mixed)")
     p.add_argument("--optimizer", default="adam", help=f"{', '.join(OPTIMIZERS)} (default adam)")
@@ -46,8 +64,68 @@ def _parser():
     p.add_argument("--gradient-as-bucket-view", action="store_true",
                    help="DDP(gradient_as_bucket_view=True): no second copy of the gradients")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--plot", default=None, metavar="FILE", help="draw the plan to FILE (.png)")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help=f"draw the plan to FILE ({', '.join(PLOT_SUFFIXES)})")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S,
+                   help=f"stop importing, building and tracing the module after this many "
+                        f"seconds (default {TIMEOUT_S:g})")
     return p
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+TIMEOUT_S = 120.0
+# After --timeout, the alarm stops Python code; code stuck in C is ended this much later.
+HARD_STOP_GRACE_S = 30.0
+
+
+def _plot_path(path: str) -> str:
+    """``path`` if a figure can be written there: a file name with a known suffix (matplotlib
+    would add ".png" to one without, and write beside it) in an existing folder."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a folder; give a file name ending in "
+                         f"{', '.join(PLOT_SUFFIXES)}")
+    if not path.lower().endswith(PLOT_SUFFIXES):
+        raise ValueError(f"{path!r} must end in {', '.join(PLOT_SUFFIXES)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"no folder {folder!r} to write {os.path.basename(path)!r} in")
+    return path
+
+
+@contextmanager
+def _user_output_to_stderr():
+    """What the user's module prints, from Python or C, goes to stderr while it runs."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptors to move: Python's own prints only
+        saved = None
+    stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = stdout
+        if saved is not None:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _hard_stop(seconds: float, model: str):
+    """A daemon timer that ends the process when code stuck in C outlives the alarm."""
+    def stop():
+        os.write(2, f"{PROG}: error: --timeout: {model} did not stop {seconds:g} s after "
+                    "its time limit; ended\n".encode())
+        os._exit(2)
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def main(argv=None) -> int:
@@ -63,15 +141,31 @@ def _main(argv) -> int:
                          "(from a clone: pip install -e '.[measure]')\n")
         return 2
     try:
-        result = plan(args.model, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
-                      gpu=args.gpu, precision=args.precision, optimizer=args.optimizer,
-                      bucket_cap_mb=args.bucket_cap_mb, input_shape=args.input_shape,
-                      batch=args.batch, seq=args.seq,
-                      find_unused_parameters=args.find_unused_parameters,
-                      gradient_as_bucket_view=args.gradient_as_bucket_view)
+        if args.plot:
+            _plot_path(args.plot)
+    except ValueError as error:
+        sys.stderr.write(f"{PROG}: error: --plot: {error}\n")
+        return 2
+    timer = None
+    if args.timeout is not None and 0 < args.timeout <= 86_400:
+        timer = _hard_stop(args.timeout + HARD_STOP_GRACE_S, args.model)
+    try:
+        with _user_output_to_stderr():
+            result = plan(args.model, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
+                          gpu=args.gpu, precision=args.precision, optimizer=args.optimizer,
+                          bucket_cap_mb=args.bucket_cap_mb, input_shape=args.input_shape,
+                          batch=args.batch, seq=args.seq,
+                          find_unused_parameters=args.find_unused_parameters,
+                          gradient_as_bucket_view=args.gradient_as_bucket_view,
+                          gpu_tflops=args.gpu_tflops, gpu_tflops_fp32=args.gpu_tflops_fp32,
+                          gpu_memory_gb=args.gpu_memory_gb, gpu_bandwidth=args.gpu_bandwidth,
+                          step_ms=args.step_ms, timeout=args.timeout)
     except PlanError as error:
         sys.stderr.write(f"{PROG}: error: {error}\n")
         return 2
+    finally:
+        if timer is not None:
+            timer.cancel()
     from dpcost.plan.report import format_table, plot, to_json
 
     if args.plot:

@@ -44,12 +44,15 @@ class Settings:
     find_unused_parameters: bool = False
     gradient_as_bucket_view: bool = False
     utilisation: float = defaults.UTILISATION
+    intra_link: object = None  # a dpcost.presets.InterconnectPreset; None: the GPU's own
+    compute_s: float | None = None  # a measured forward + backward of one GPU's batch
 
 
 def setting_of(facts: ModelFacts, s: Settings) -> Setting:
     """The evaluator's Setting: n GPUs of ``facts.batch`` samples each."""
+    intra = s.intra_link or INTERCONNECTS[defaults.INTRA_LINK[s.gpu.name]]
     return Setting(facts, gpus=s.gpus, gpus_per_node=s.gpus_per_node, batch=facts.batch * s.gpus,
-                   gpu=s.gpu, intra_link=INTERCONNECTS[defaults.INTRA_LINK[s.gpu.name]],
+                   gpu=s.gpu, intra_link=intra, compute_s=s.compute_s,
                    inter_link=INTERCONNECTS[defaults.INTER_LINK], optimizer=s.optimizer,
                    utilisation=s.utilisation, bucket_cap_mb=s.bucket_cap_mb,
                    find_unused_parameters=s.find_unused_parameters,

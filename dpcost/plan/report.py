@@ -37,7 +37,10 @@ def format_table(r: dict) -> str:
              + ", ".join(f"{d} {_b(v['gradient_bytes'])}" for d, v in r["by_dtype"].items()),
              f"  activations: {_b(r['activation_bytes'])} per GPU ({r['notes']['activations']})",
              f"  FLOPs per GPU: forward {r['flops']['forward']:.4g}, backward "
-             f"{r['flops']['backward']:.4g} ({r['flops']['source']})", "",
+             f"{r['flops']['backward']:.4g} ({r['flops']['source']})",
+             f"  precision {s['precision']}: {s['layout']}",
+             f"  compute: {r['compute']}"
+             + (f"; {r['gpu_note']}" if r.get("gpu_note") else ""), "",
              "DDP buckets (bucket 0 all-reduced first)",
              f"  first iteration:  {_buckets_line(r['buckets']['construction_bytes'])}",
              f"  rebuilt (2nd on): {_buckets_line(r['buckets']['rebuilt_bytes'])}", ""]
@@ -49,7 +52,8 @@ def format_table(r: dict) -> str:
                      f"{_b(t['received_bytes']):>11}{t['messages']:>10,}")
     if not r["dp_available"]:
         lines.append("DP: not available (DataParallel cannot span machines)")
-    lines += ["", f"{'step time (modelled)':<26}{'total':>11}{'comm.':>11}{'exposed':>11}"]
+    title = "step time" + (" (compute measured)" if s.get("step_ms") else " (modelled)")
+    lines += ["", f"{title:<26}{'total':>11}{'comm.':>11}{'exposed':>11}"]
     for key, st in r["steps"].items():
         lines.append(f"{TRAFFIC_NAMES[key].split(' (')[0]:<26}"
                      f"{format_seconds(st['total_s']):>11}"
