@@ -191,10 +191,12 @@ def _compute(setting: Setting, samples: int, replicas: int = 1,
                         extra_backward_host_s=extra_backward_host_s)
 
 
-def _links(setting: Setting):
-    """(inside a node, across nodes) at the rates NCCL achieves (``dpcost.nccl_achieved``)."""
-    return (achieved_link(setting.intra_link, setting.peer_to_peer),
-            achieved_link(setting.inter_link))
+def _links(setting: Setting, collective: str = "all-reduce"):
+    """(inside a node, across nodes) at the rates NCCL achieves for ``collective``
+    (``dpcost.nccl_achieved``): DDP's all-reduce, or the rings of DataParallel's broadcast and
+    reduce and of the sharded strategies' all-gathers and reduce-scatters."""
+    return (achieved_link(setting.intra_link, setting.peer_to_peer, collective),
+            achieved_link(setting.inter_link, collective=collective))
 
 
 def _ddp_host_s(setting: Setting, buckets: tuple) -> float:
@@ -326,7 +328,7 @@ def _sharded(setting: Setting, entry: Strategy, P: float, G: float, buckets: tup
              fwd: float, bwd: float) -> dict:
     """Bytes per rank and the step of ZeRO-1/2/3, FSDP and HSDP (see the module docstring)."""
     n, g, nodes = setting.gpus, setting.gpus_per_node, setting.nodes
-    intra, inter = _links(setting)
+    intra, inter = _links(setting, "ring")
     units = max(1, len(buckets))
     s = _group(setting, entry) if entry.shard_group else n
     # a ring of s ranks runs at the inter-node link once it leaves the node (a flat ring)
@@ -428,7 +430,7 @@ def _dp(setting: Setting, entry: Strategy, P, B, G, split) -> dict:
     # k threads launch the k replicas' forwards through one interpreter; replicate's host
     # work (per tensor, per device) comes first, every step
     compute = _compute(setting, split[0], replicas=k)
-    link, _ = _links(setting)
+    link, _ = _links(setting, "ring")
     tensors = (len(m.tensor_bytes) if m.tensor_bytes is not None else 0) + m.buffer_count
     step = dp_step_time(compute.forward_s, compute.backward_s, P, G, k,
                         link.bandwidth_bytes_per_s, link.latency_s, path=path, buffer_bytes=B,

@@ -22,10 +22,12 @@ __all__ = ["Achieved", "ACHIEVED", "HOST_STAGED_FRACTION", "achieved_link"]
 
 @dataclass(frozen=True)
 class Achieved:
-    fraction: float  # achieved bus bandwidth / line rate per direction, large messages
+    fraction: float  # achieved all-reduce bus bandwidth / line rate per direction, large messages
     latency_s: float | None  # alpha per ring step; None: the link preset's
     algorithm: str
     source: str
+    ring_fraction: float | None = None  # broadcast, reduce, all-gather, reduce-scatter (rings);
+    # None: as the all-reduce
 
 
 ACHIEVED = {
@@ -37,11 +39,13 @@ ACHIEVED = {
     "NVLink 4 (H100)": Achieved(
         480e9 / 450e9, 45e-6 / 14, "NVLS",
         "S. Jeaugey (NVIDIA), github.com/NVIDIA/nccl-tests/issues/212: 8 x H100 SXM, NVLS peak "
-        "all-reduce busBw ~480 GB/s (a ring reaches ~370 GB/s of the 450 GB/s line rate)"),
+        "all-reduce busBw ~480 GB/s; a ring (and every other collective) reaches ~370 GB/s of "
+        "the 450 GB/s line rate", ring_fraction=370e9 / 450e9),
     "NVLink 4 (H200)": Achieved(
         479.98e9 / 450e9, 30e-6 / 14, "NVLS",
         "Azure ND H200 v5 (8 x H200, NVSwitch, NCCL 2.20.5), nccl-tests all_reduce_perf: "
-        "busbw 479.98 GB/s at 8 GB; 1 KB in about 30 us (busbw 0.06 GB/s)"),
+        "busbw 479.98 GB/s at 8 GB; 1 KB in about 30 us (busbw 0.06 GB/s); rings as H100's "
+        "(nccl-tests#212: ~370 of 450 GB/s)", ring_fraction=370e9 / 450e9),
     "InfiniBand HDR": Achieved(
         96e9 / 100e9, None, "ring/tree across nodes",
         "github.com/NVIDIA/nccl-tests/issues/119: 3 nodes x 8 A100, 4 x HDR per node, peak "
@@ -57,10 +61,12 @@ HOST_STAGED_FRACTION = 4.00e9 / 15.75e9
 HOST_STAGED_LATENCY_S = 12.25e-6 / 2
 
 
-def achieved_link(link, peer_to_peer: bool = True):
-    """``link`` (a ``presets.InterconnectPreset``) at the rate NCCL achieves on it: its
-    bandwidth and latency replaced by the published figures, the source appended. PCIe without
-    peer-to-peer is host-staged; a link with no published figure keeps its line rate."""
+def achieved_link(link, peer_to_peer: bool = True, collective: str = "all-reduce"):
+    """``link`` (a ``presets.InterconnectPreset``) at the rate NCCL achieves on it for
+    ``collective`` ("all-reduce", or "ring" for broadcast, reduce, all-gather and
+    reduce-scatter, which NVLS does not speed up here): its bandwidth and latency replaced by the
+    published figures, the source appended. PCIe without peer-to-peer is host-staged; a link
+    with no published figure keeps its line rate."""
     if not peer_to_peer and link.name.startswith("PCIe"):
         return replace(link, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s
                        * HOST_STAGED_FRACTION, latency_s=HOST_STAGED_LATENCY_S,
@@ -69,6 +75,8 @@ def achieved_link(link, peer_to_peer: bool = True):
     figure = ACHIEVED.get(link.name)
     if figure is None:
         return link
-    return replace(link, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s * figure.fraction,
+    fraction = figure.fraction if collective == "all-reduce" or figure.ring_fraction is None \
+        else figure.ring_fraction
+    return replace(link, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s * fraction,
                    latency_s=link.latency_s if figure.latency_s is None else figure.latency_s,
                    source=f"{link.source}; achieved ({figure.algorithm}): {figure.source}")
