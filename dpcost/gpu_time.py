@@ -34,7 +34,7 @@ __all__ = ["HOST_STEP_S", "HOST_OP_S", "HOST_CONVOLUTION_S", "EFFICIENCY", "ACTI
            "DDP_TENSOR_S", "DDP_BUFFER_S", "DDP_BUCKET_S", "REPLICATE_S", "REPLICATE_TENSOR_S",
            "REPLICATE_BYTE_S", "FORWARD_OP_SHARE", "CALIBRATION", "COUNTED_OPS",
            "CONV_FLOPS_SHARE", "ComputeTime", "compute_time", "ddp_host_seconds",
-           "replicate_seconds", "estimated_ops", "rates", "fit_constants"]
+           "replicate_seconds", "replicate_call_seconds", "estimated_ops", "rates", "fit_constants"]
 
 CALIBRATION = ("fitted on one NVIDIA H200 (torch 2.11.0+cu130, 2026-12-04, "
                "benchmarks/results/h200_calibration_run1.json and _run2.json; "
@@ -162,13 +162,17 @@ def ddp_host_seconds(tensors: int, buffers: int, buckets: int,
             + buckets * DDP_BUCKET_S)
 
 
-def replicate_seconds(tensors: int, tensor_bytes: float, devices: int) -> float:
-    """DataParallel's ``replicate`` of a module with ``tensors`` parameters and buffers of
-    ``tensor_bytes`` to ``devices`` GPUs, paid every forward (``data_parallel.py:
-    DataParallel.forward``)."""
-    if devices <= 1:
-        return 0.0  # one device: DataParallel calls the module itself
+def replicate_call_seconds(tensors: int, tensor_bytes: float, devices: int) -> float:
+    """One ``torch.nn.parallel.replicate`` of a module with ``tensors`` parameters and buffers
+    of ``tensor_bytes`` to ``devices`` devices (what the H200 timed, to one device too)."""
     return REPLICATE_S + devices * (tensors * REPLICATE_TENSOR_S + tensor_bytes * REPLICATE_BYTE_S)
+
+
+def replicate_seconds(tensors: int, tensor_bytes: float, devices: int) -> float:
+    """What DataParallel pays for ``replicate`` every forward on ``devices`` GPUs
+    (``data_parallel.py: DataParallel.forward``): nothing on one GPU, where it calls the module
+    itself."""
+    return 0.0 if devices <= 1 else replicate_call_seconds(tensors, tensor_bytes, devices)
 
 
 # --- fitting ------------------------------------------------------------------------------
