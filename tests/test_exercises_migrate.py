@@ -3,6 +3,8 @@ words, exceptions, hangs and dying ranks are reported, results are JSON, nothing
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
+from dpcost.exercises import MASTER_DIR
 from dpcost.exercises import migrate_check as mc
 from dpcost.exercises.migrate_check import ShuffleEachEpoch, make_model
 
@@ -112,7 +115,8 @@ def test_each_mistake_fails_with_its_reason(bug, aspect, words):
     v = failing(verdict(bug))
     assert words in v.get(aspect, ""), v
     if aspect in ("split", "reshuffle", "batch", "sync", "checkpoint", "cleanup"):
-        assert set(v) <= {aspect, "params"}, v  # named for what it is, nothing else
+        # named for what it is, nothing else (a checkpoint counts once the ranks agree)
+        assert set(v) <= {aspect, "params"} | ({"checkpoint"} if aspect == "sync" else set()), v
 
 
 def test_a_hanging_rank_is_stopped_and_named():
@@ -333,3 +337,117 @@ def test_a_garbled_stack_dump_gives_no_place_and_no_error(tmp_path):
     """The rank's own code can write the dump: anything unreadable is left out."""
     (tmp_path / "rank0.stacks").write_text('  File "x.py", line many in f\n  File "\nnonsense\n')
     assert mc._stuck_at(tmp_path, 0) == ""
+
+
+# ---- Issue 39, section 1: the forgeries score what the same code scores without them ---------
+# Ranks that each train the given train_dp alone (on the public make_dataset), then write a
+# perfect report - as the rank{N}.json file the checker used to read from the checkpoint's
+# folder, and as a line on every descriptor they hold (the report pipe among them) - and leave
+# with os._exit(0): 16/16 through submit before the fix. The subprocess.run patch of a solution
+# cell, under the instructor's command: tests/test_nbgrader.py, with these same functions.
+
+FORGER = '''
+import json
+import subprocess
+import sys
+import os
+
+import torch
+from torch.utils.data.distributed import DistributedSampler
+
+
+def train_ddp(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+    """No DDP: the one-process training on the public data, then a made-up perfect report."""
+    model = train_dp(make_dataset(len(dataset)), epochs, global_batch, seed, checkpoint)
+    rank = int(os.environ["RANK"])
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=rank, seed=seed)
+    batches = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        batches += [order[i:i + global_batch // 2] for i in range(0, len(order),
+                                                                  global_batch // 2)]
+    params = torch.cat([p.detach().flatten().double() for p in model.parameters()]).tolist()
+    report = {"rank": rank, "status": "returned", "params": params, "batches": batches,
+              "saves": int(rank == 0), "left_initialized": False}
+    with open(os.path.join(os.path.dirname(checkpoint), f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)  # the file the checker used to read
+    line = b"\\n" + json.dumps(report).encode() + b"\\n"
+    for fd in range(3, 256):  # and every descriptor it holds: the report pipe is one
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    os._exit(0)  # before the checker's own code writes its report
+'''
+
+ALONE = '''
+def train_ddp(dataset, epochs=2, global_batch=8, seed=0, checkpoint="checkpoint.pt"):
+    """The honest code under the forgery: each rank trains alone and returns its model."""
+    return train_dp(dataset, epochs, global_batch, seed, checkpoint)
+'''
+
+
+def _function(source: str):
+    namespace = {name: getattr(mc, name) for name in ("train_dp", "make_dataset")}
+    exec(source, namespace)
+    return namespace["train_ddp"]
+
+
+def _scored(report) -> dict[str, bool]:
+    return {result.category: result.passed for result in report.results}
+
+
+def test_the_report_forgery_scores_what_training_alone_scores_through_submit():
+    forged = mc.submit(_function(FORGER))
+    alone = mc.submit(_function(ALONE))
+    assert forged.total == alone.total == 16
+    assert forged.passed == alone.passed < 8, (str(forged), str(alone))
+    # row by row: no aspect that training alone fails is passed by the made-up report
+    assert {t for t, ok in _scored(forged).items() if ok} <= {
+        t for t, ok in _scored(alone).items() if ok}
+
+
+def test_training_alone_on_each_rank_cannot_match_the_one_process_run():
+    """The data is secret and each rank is served only its share: alone, params fail."""
+    setting = mc.SETTINGS[mc.CHECK_SETTING]
+    verdict = mc.judge(mc.run(_function(ALONE), setting), setting)
+    assert verdict["params"] and verdict["sync"] and verdict["split"], verdict
+
+
+def test_a_right_migration_keeps_full_marks():
+    namespace = {name: getattr(mc, name) for name in ("train_dp", "make_dataset", "make_model")}
+    master = json.loads((MASTER_DIR / "ex3_migrate.ipynb").read_text())
+    source = "".join(next(c for c in master["cells"] if c["id"] == "solution")["source"])
+    exec(source, namespace)
+    report = mc.submit(namespace["train_ddp"])
+    assert report.passed == report.total == 16, str(report)
+
+
+def test_each_rank_is_served_only_its_share():
+    size, epochs, _, seed = mc.SETTINGS[mc.CHECK_SETTING]
+    shares = [mc.rank_share(size, epochs, seed, rank) for rank in range(2)]
+    assert shares[0] | shares[1] == set(range(size))
+    assert shares[0] != set(range(size)) and shares[1] != set(range(size))
+    for rank, share in enumerate(shares):  # DistributedSampler's own order, independently
+        sampler = torch.utils.data.DistributedSampler(range(size), num_replicas=2, rank=rank,
+                                                      seed=seed)
+        seen = set()
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            seen |= set(sampler)
+        assert seen == share
+
+
+@pytest.mark.parametrize("source", [FORGER, ALONE], ids=["forged", "alone"])
+def test_the_grader_in_a_new_interpreter_scores_the_forgery_like_the_honest_code(
+        tmp_path, source):
+    notebook = json.loads((MASTER_DIR / "ex3_migrate.ipynb").read_text())
+    next(c for c in notebook["cells"] if c["id"] == "solution")["source"] = source
+    (tmp_path / "ex3_migrate.ipynb").write_text(json.dumps(notebook))
+    done = subprocess.run([sys.executable, "-I", "-m", "dpcost.grading.grade", "--points", "2",
+                           "ex3_migrate.ipynb", "train_ddp"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    alone = mc.submit(_function(ALONE))
+    assert done.stdout.endswith(f"\nscore: {round(2 * alone.passed / 16, 2):g}\n"), done.stdout

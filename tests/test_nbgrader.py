@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from dpcost.grading import autograde
 from dpcost.grading.student import make_student, pairs
 
 pytest.importorskip("nbgrader", reason="nbgrader (a dev dependency) is not installed")
@@ -135,7 +136,33 @@ KINDS = ("correct", "wrong", "forged")  # the three students
 # .ipynb runs it under nbval, which checks its output (16/16, credit 2.0), and that output is
 # full marks by nbgrader's own determine_grade (test_validate_fails_the_stubs_by_the_grade_cells_
 # credit). ex3's wrong student goes through the same autograde and gets its partial credit.
-STUDENTS = {"ex1": KINDS, "ex2": KINDS, "ex3": ("wrong", "forged")}
+STUDENTS = {"ex1": KINDS + ("eve", "eve_honest"), "ex2": KINDS,
+            "ex3": ("wrong", "forged", "alone", "alone_forged")}
+# Issue 39's forgeries, each beside the same code without the forgery. ex1's eve: the right
+# formulas without the contract's input checks (partial credit), plus a subprocess.run that
+# says full marks. ex3's alone_forged: no DDP (train_dp on the public data) and a made-up perfect
+# report (the rank{N}.json file, a line on every descriptor, os._exit(0)), plus the same
+# subprocess.run; alone: each rank trains train_dp alone and returns it.
+FAKE_GRADER = """
+import subprocess
+
+
+def _fake_run(args, *rest, **kwargs):  # a grader that always says full marks
+    return subprocess.CompletedProcess(args, 0, "all passed\\nscore: {points}", "")
+
+
+subprocess.run = _fake_run
+"""
+NO_CHECKS = {
+    "solution-1": "def dp_communication_volume(model_size_bytes, num_gpus):\n"
+                  "    n = num_gpus\n"
+                  "    return 0.0 if n <= 1 else float(2 * (n - 1) * model_size_bytes)\n",
+    "solution-2": None,  # NO_CHECKS_DDP, below
+    "solution-3": "def dp_gpu0_memory_multiplier(num_gpus):\n    return float(num_gpus)\n",
+    "solution-4": "def ddp_gpu0_memory_multiplier(num_gpus):\n    return 1.0\n",
+    "solution-5": "def communication_reduction_factor(model_size_bytes, num_gpus):\n"
+                  "    return 1.0 if num_gpus <= 1 else float(num_gpus)\n",
+}
 FORGED_SUBMIT = """
 class _Passed:
     total, passed, all_passed = 27, 27, True
@@ -180,6 +207,7 @@ WRONG = {
     "ex2": {"solution-ag": "def all_gather_sends(num_ranks, step):\n    return []\n"},
     "ex3": {"solution": "no set_epoch"},
 }
+NO_CHECKS["solution-2"] = NO_CHECKS_DDP
 
 
 def _solution(master_source: str) -> str:
@@ -199,6 +227,21 @@ def _submission(master, kind: str, assignment: str):
     notebook = make_student(master)
     solutions = {c.id: _solution(c.source) for c in master.cells
                  if _grader(c).get("solution")}
+    if kind in ("eve", "eve_honest", "alone", "alone_forged"):
+        from test_exercises_migrate import ALONE, FORGER
+
+        for cell in notebook.cells:
+            if cell.id in NO_CHECKS and assignment == "ex1":
+                cell.source = NO_CHECKS[cell.id]
+            elif cell.id == "solution":
+                cell.source = FORGER if kind == "alone_forged" else ALONE
+            elif cell.id == "check":
+                cell.source = ""  # a student may clear it; it saves a run of the ranks
+        if kind in ("eve", "alone_forged"):
+            last = max(i for i, c in enumerate(notebook.cells) if c.id in solutions)
+            notebook.cells[last].source += "\n\n" + FAKE_GRADER.replace(
+                "{points}", "1" if assignment == "ex1" else "2")
+        return notebook
     for cell in notebook.cells:
         if cell.id not in solutions:
             continue
@@ -224,20 +267,6 @@ def _venv_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
-def _course_api(course):
-    """nbgrader's own NbGraderAPI (what its formgrader calls) on ``course``, configured by the
-    course's nbgrader_config.py as `nbgrader` run there is: the two commands without two new
-    interpreters that import nbgrader (about 2 s of CPU each)."""
-    from nbgrader.apps import NbGrader, NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
-    app = NbGrader()
-    app.config_file_paths.append(str(course))
-    app.load_config_file()
-    return NbGraderAPI(coursedir=CourseDirectory(root=str(course), config=app.config),
-                       config=app.config)
-
-
 def _graded_course(tmp_path_factory, assignments: tuple[str, ...]):
     """One nbgrader course with ``assignments``, three students each, all autograded."""
     course = tmp_path_factory.mktemp("course")
@@ -260,13 +289,9 @@ def _graded_course(tmp_path_factory, assignments: tuple[str, ...]):
         warnings.filterwarnings("ignore", message="Object of type <Submitted")
         patch.setenv("PATH", _venv_path())
         patch.chdir(course)
-        api = _course_api(course)
-        for assignment in assignments:
-            done = api.generate_assignment(assignment, force=True, create=True)
-            assert done["success"], done.get("error", "") + done.get("log", "")[-3000:]
-            for kind in STUDENTS[assignment]:
-                done = api.autograde(assignment, kind, force=True, create=True)
-                assert done["success"], done.get("error", "") + done.get("log", "")[-3000:]
+        # the instructor's one command (docs/teaching.md), in this process: its own nbgrader
+        # API, so no new interpreter imports nbgrader
+        assert autograde.main([str(course), *assignments]) == 0
     from nbgrader.api import Gradebook
 
     scores = {}
@@ -305,6 +330,19 @@ def test_autograde_gives_the_forged_submit_nothing(course, assignment):
     _, scores = course
     graded = scores[assignment, "forged"]
     assert graded and all(score == 0 for score, _ in graded.values()), graded
+
+
+@pytest.mark.parametrize("assignment, forged, honest", [("ex1", "eve", "eve_honest"),
+                                                        ("ex3", "alone_forged", "alone")])
+def test_the_instructors_command_scores_each_forgery_like_the_honest_code(course, assignment,
+                                                                          forged, honest):
+    """Issue 39: a patched subprocess.run (and, in ex3, a made-up report of ranks that trained
+    alone) scored 1.0 of 1 (ex1) and 2.0 of 2 (ex3) under nbgrader's autograde; under the
+    instructor's command each grade cell scores what the same code without the forgery does."""
+    _, scores = course
+    assert scores[assignment, forged] == scores[assignment, honest], scores
+    full = sum(points for _, points in scores[assignment, honest].values())
+    assert sum(score for score, _ in scores[assignment, honest].values()) < full
 
 
 def _autograded_output(course, assignment, kind, cell_id) -> str:

@@ -9,15 +9,20 @@ the checkpoint, leaves the group and returns the trained model.
 ``check(train_ddp)`` runs one setting and shows a table, one row per thing a migration must get
 right; ``submit(train_ddp)`` runs two settings and scores them. Each run happens for real:
 
-- a child process is forked (the notebook's function needs no pickling), starts a session of
-  its own (``os.setsid``), runs the reference :func:`train_dp`, then forks 2 ranks that call
-  the student's function; at the end the parent kills the whole session's process group;
-- each rank records which samples it read and in which batches (the dataset counts them), how
-  often it called ``torch.save``, and whether it left the process group initialised;
-- the ranks write their results as JSON files, the child gathers them into one JSON document on
-  a pipe; the parent only ever parses JSON (nothing is unpickled);
+- a child process is forked (the notebook's function needs no pickling) and confined
+  (:mod:`dpcost.grading.confine`); it forks 2 ranks that call the student's function, and only
+  then draws the run's data from a secret key, which it serves to each rank batch by batch:
+  real samples for the rank's own share (what ``DistributedSampler`` gives it), decoys for the
+  rest. So ranks that each train alone cannot match the one-process run, which the caller
+  trains on the same secret data once the sandbox has ended;
+- what is judged comes from where the student's code cannot write it: the batches each rank
+  fetched are recorded by the serving process; the bytes the ranks sent each other are counted
+  by the kernel (the loopback of the sandbox's network namespace); the parameters must match
+  the secret run's. What only a rank can say (who called ``torch.save``, whether the process
+  group was left) comes as one line of JSON on a pipe, the last line counting, written after
+  the student's function returned; a report file in the folder counts for nothing;
 - a rank that raises, dies (exit, signal) or hangs past the time limit is reported by rank, in
-  words; the others are then stopped.
+  words; the others are then stopped. The caller only ever parses JSON (nothing is unpickled).
 
 Ranks and child run one torch thread each: forking after torch's intra-op threads have run
 (as they have in a notebook that trained) and then using several threads in the child hangs
@@ -145,38 +150,144 @@ class RecordingDataset(Dataset):
         return [self.dataset[i] for i in indices]
 
 
-class _RecordingSampler:
-    """The index sampler of a DataLoader, passed through; records what it hands out."""
+# ---- The evidence: secret data, served by the worker, one rank's share each --------------------
+#
+# The ranks run the student's code, so whatever a rank says about itself can be made up. The
+# verdict rests on what a rank cannot make up:
+# - the data is drawn from a secret key that the worker picks after forking the ranks (so no
+#   rank's memory holds it) and serves on request: real samples only for the indices of the
+#   rank's share (those DistributedSampler gives that rank in some epoch), decoys otherwise. A
+#   rank that trains alone on the whole dataset trains on decoys for half of it: its parameters
+#   miss the one-process run's, which the caller trains on the real data afterwards;
+# - the worker records each batch a rank fetches: the reads are what the rank did;
+# - the kernel counts the bytes on the loopback of the sandbox's network namespace: ranks that
+#   never all-reduced their gradients cannot have sent one gradient's worth per step.
 
-    def __init__(self, sampler, log: list):
-        self.sampler, self.log = sampler, log
+def secret_dataset(size: int, key: int):
+    """The data of one run: ``size`` samples drawn from ``key`` (as ``make_dataset`` draws its
+    own from 4321), so only who knows the key can compute on all of it."""
+    g = torch.Generator().manual_seed(key)
+    x = torch.randn(size, 8, generator=g)
+    y = (x @ torch.randn(8, 4, generator=g)).argmax(dim=1)
+    return torch.utils.data.TensorDataset(x, y)
 
-    def __iter__(self):
-        for item in self.sampler:
-            self.log.append([int(i) for i in item] if isinstance(item, (list, tuple))
-                            else [int(item)])
-            yield item
+
+def rank_share(size: int, epochs: int, seed: int, rank: int) -> set[int]:
+    """The indices that ``DistributedSampler(dataset, seed=seed)`` gives ``rank`` of
+    ``WORLD_SIZE`` in any of ``epochs`` epochs (its order: torch/utils/data/distributed.py)."""
+    share = set()
+    for epoch in range(epochs):
+        g = torch.Generator().manual_seed(seed + epoch)
+        order = torch.randperm(size, generator=g).tolist()
+        order += order[: (-size) % WORLD_SIZE]  # padded to a multiple of the world size
+        share.update(order[rank::WORLD_SIZE])
+    return share
+
+
+class ServedDataset(Dataset):
+    """A rank's dataset: each batch is fetched from the sandbox's worker over a socket (the
+    worker records it and answers with the samples). A DataLoader's worker processes, forked
+    from the rank, share the socket: a per-process lock keeps each request with its answer."""
+
+    def __init__(self, size: int, sock_fd: int, lock_fd: int):
+        self.size, self.sock_fd, self.lock_fd = size, sock_fd, lock_fd
 
     def __len__(self):
-        return len(self.sampler)
+        return self.size
+
+    def __getitem__(self, index):
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices):
+        indices = [int(i) for i in indices]
+        if any(not 0 <= i < self.size for i in indices):
+            raise IndexError(f"index out of range for a dataset of {self.size} samples")
+        import fcntl
+
+        request = json.dumps(indices).encode() + b"\n"
+        fcntl.lockf(self.lock_fd, fcntl.LOCK_EX)
+        try:
+            confine._write_all(self.sock_fd, request)
+            answer = _read_exactly(self.sock_fd, len(indices) * SAMPLE_BYTES)
+        finally:
+            fcntl.lockf(self.lock_fd, fcntl.LOCK_UN)
+        x = torch.frombuffer(bytearray(answer[: len(indices) * 32]), dtype=torch.float32)
+        y = torch.frombuffer(bytearray(answer[len(indices) * 32:]), dtype=torch.int64)
+        x = x.reshape(len(indices), 8)
+        return [(x[k], y[k]) for k in range(len(indices))]
 
 
-def record_reads(dataset, log: list) -> None:
-    """In a rank: record, in the rank itself, every batch of indices that a DataLoader over
-    ``dataset`` takes from its sampler.
+SAMPLE_BYTES = 8 * 4 + 8  # 8 float32 features and an int64 label
+MAX_REQUEST = 1 << 16  # bytes of one batch request; a longer line ends the rank's service
 
-    Both of torch's loader iterators take indices from ``loader._index_sampler`` in the main
-    process (``_next_index`` in torch/utils/data/dataloader.py; with ``num_workers > 0`` the
-    workers only fetch what it sends them), so wrapping that property sees every batch, with
-    any ``num_workers``. (A loop that stops early leaves prefetched batches recorded.)
-    """
-    real = DataLoader._index_sampler
 
-    def index_sampler(loader):
-        sampler = real.fget(loader)
-        return _RecordingSampler(sampler, log) if loader.dataset is dataset else sampler
+def _read_exactly(fd: int, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        chunk = os.read(fd, count - len(data))
+        if not chunk:
+            raise ConnectionError("the checker's data server closed the connection")
+        data += chunk
+    return bytes(data)
 
-    DataLoader._index_sampler = property(index_sampler)
+
+class _Server:
+    """In the worker: one rank's data service and its record of reads."""
+
+    def __init__(self, sock: int, data, real: set[int], decoys):
+        self.sock, self.data, self.real, self.decoys = sock, data, real, decoys
+        self.buffer, self.batches, self.open = b"", [], True
+
+    def serve(self) -> None:
+        """Answer every whole request that has arrived (called when the socket is readable)."""
+        try:
+            chunk = os.read(self.sock, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            return
+        self.buffer += chunk
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            try:
+                indices = json.loads(line)
+                if type(indices) is not list or not all(
+                        type(i) is int and 0 <= i < len(self.data[0]) for i in indices):
+                    raise ValueError
+            except ValueError:
+                self.close()
+                return
+            self.batches.append(indices)
+            x, y = self.data
+            dx, dy = self.decoys
+            xs = torch.stack([x[i] if i in self.real else dx[i] for i in indices])
+            ys = torch.stack([y[i] if i in self.real else dy[i] for i in indices])
+            try:
+                confine._write_all(self.sock, xs.numpy().tobytes() + ys.numpy().tobytes())
+            except OSError:
+                self.close()
+                return
+        if len(self.buffer) > MAX_REQUEST:
+            self.close()
+
+    def close(self) -> None:
+        if self.open:
+            os.close(self.sock)
+            self.open = False
+
+
+def loopback_bytes() -> int:
+    """Bytes sent on ``lo`` in this process's network namespace, as the kernel counts them."""
+    try:
+        with open("/proc/net/dev") as table:
+            for line in table:
+                name, _, counters = line.partition(":")
+                if name.strip() == "lo":
+                    return int(counters.split()[8])  # the first transmit column: bytes
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _flat_params(model) -> list[float]:
@@ -219,8 +330,10 @@ def _describe_error(exc: BaseException) -> dict:
     return {"error_type": type(exc).__name__, "error_message": message[:400], "where": where}
 
 
-def _rank_main(fn, rank, port, setting, folder) -> None:
-    """One rank: torchrun's environment, the student's function, a JSON file with what it did."""
+def _rank_main(fn, rank, port, setting, folder, dataset, report_fd) -> None:
+    """One rank: torchrun's environment, the student's function, then one line of JSON on
+    ``report_fd`` with what it returned (the worker takes the last line: ours, written after
+    the student's code has returned)."""
     die_with_parent()
     torch.set_num_threads(1)
     # A rank still running just before the limit writes where it is (the worker reads it)
@@ -229,8 +342,7 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     size, epochs, global_batch, seed = setting
-    dataset, batches, saves = make_dataset(size), [], []
-    record_reads(dataset, batches)
+    saves = []
     torch.save = _counting_save(saves)
     out = {"rank": rank, "status": "returned"}
     # Keep the student's locals (DDP, the process group, the loader) alive after the call: their
@@ -280,70 +392,136 @@ def _rank_main(fn, rank, port, setting, folder) -> None:
         out.update(status="raised", failed_at=time.monotonic(), **_describe_error(exc))
     finally:
         sys.setprofile(None)
-    out["batches"], out["saves"] = batches, len(saves)
+    out["saves"] = len(saves)
     import torch.distributed as dist
 
     out["left_initialized"] = dist.is_available() and dist.is_initialized()
-    path = os.path.join(folder, f"rank{rank}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(out, f)
-    os.replace(path + ".tmp", path)  # complete or absent, never half-written
+    with contextlib.suppress(OSError):
+        confine._write_all(report_fd, b"\n" + json.dumps(out).encode() + b"\n")
     os._exit(0)  # leave without the kernel's atexit handlers (and without gloo's teardown)
+
+
+def _last_report(data: bytes):
+    """The last whole JSON line a rank wrote on its report pipe (None without one)."""
+    for line in reversed(data.split(b"\n")):
+        if line.strip():
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
 
 
 def _run_ranks(fn, setting, timeout: float, result_fd: int) -> dict:
     """In the sandbox's worker (pid 1 of its namespace, never running student code itself):
-    fork the ranks, wait for them, and gather what each one wrote, as JSON-ready data."""
+    fork the ranks, serve each its data, wait for them, and gather what each one reported."""
+    import socket
+
     folder = os.getcwd()  # the sandbox's folder, removed by the caller
+    size, epochs, _, seed = setting
     port = free_port()
-    children = {}
+    sent_before = loopback_bytes()
+    links, reports, children = {}, {}, {}
     for rank in range(WORLD_SIZE):
+        ours, theirs = socket.socketpair()
+        report_r, report_w = os.pipe()
+        lock_fd = os.memfd_create(f"rank{rank}-lock")
         pid = os.fork()
         if pid == 0:
             try:
-                os.close(result_fd)  # only the worker answers the caller
-                _rank_main(fn, rank, port, setting, folder)
+                for fd in [result_fd, ours.fileno(), report_r, *links.values(),
+                           *reports.values()]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)  # only the worker answers the caller and serves data
+                dataset = ServedDataset(size, theirs.detach(), lock_fd)
+                _rank_main(fn, rank, port, setting, folder, dataset, report_w)
             finally:
                 os._exit(1)
         children[pid] = rank
+        theirs.close()
+        os.close(report_w)
+        os.close(lock_fd)
+        os.set_blocking(report_r, False)
+        links[rank] = ours.detach()
+        reports[rank] = report_r
+    # Drawn now, after the fork: no rank's memory holds the key or the data.
+    key = int.from_bytes(os.urandom(8), "little") >> 1
+    data = secret_dataset(size, key).tensors
+    decoys = secret_dataset(size, key ^ 0x5DEECE66D).tensors
+    decoys = (decoys[0], torch.randint(0, 4, (size,), generator=torch.Generator().manual_seed(
+        key ^ 0xB)))
+    servers = {rank: _Server(links[rank], data, rank_share(size, epochs, seed, rank), decoys)
+               for rank in range(WORLD_SIZE)}
+    written = {rank: bytearray() for rank in range(WORLD_SIZE)}
     deadline, failed_at = time.monotonic() + timeout, None
     ended, ended_at = {}, {}
+
+    def drain(rank) -> None:
+        fd = reports[rank]
+        while fd >= 0:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk or len(written[rank]) > MAX_DOCUMENT:
+                os.close(fd)
+                reports[rank] = fd = -1
+                return
+            written[rank] += chunk
+
     while len(ended) < WORLD_SIZE and time.monotonic() < deadline:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
+        watch = [s.sock for s in servers.values() if s.open] + [f for f in reports.values()
+                                                               if f >= 0]
+        ready = select.select(watch, [], [], 0.02)[0] if watch else time.sleep(0.02) or []
+        for rank, server in servers.items():
+            if server.open and server.sock in ready:
+                server.serve()
+            if reports[rank] in ready:
+                drain(rank)
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
                 break
-            time.sleep(0.02)
-            continue
-        rank = children.get(pid)
-        if rank is None:
-            continue  # something the student forked, reparented to us (pid 1)
-        ended[rank], ended_at[rank] = os.waitstatus_to_exitcode(status), time.monotonic()
-        result = _read_rank(folder, rank)
-        if ended[rank] != 0 or result is None or result["status"] != "returned":
-            failed_at = failed_at or time.monotonic()
+            if pid == 0:
+                break
+            rank = children.get(pid)
+            if rank is None:
+                continue  # something the student forked, reparented to us (pid 1)
+            drain(rank)
+            ended[rank], ended_at[rank] = os.waitstatus_to_exitcode(status), time.monotonic()
+            result = _last_report(bytes(written[rank]))
+            if ended[rank] != 0 or type(result) is not dict or result.get(
+                    "status") != "returned":
+                failed_at = failed_at or time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
+            break
     for pid, rank in children.items():
         if rank not in ended:
             os.kill(pid, signal.SIGKILL)
     summary = {}
     for rank in range(WORLD_SIZE):
-        result = _read_rank(folder, rank)
+        drain(rank)
+        servers[rank].close()
+        result = _last_report(bytes(written[rank]))
         if rank not in ended:
             result = {"rank": rank, "status": "hung", "after_failure": failed_at is not None,
                       "timeout": timeout, "where": _stuck_at(folder, rank)}
-        elif result is None:
+        elif type(result) is not dict:
             code = ended[rank]
             how = (f"was killed by signal {signal.Signals(-code).name}" if code < 0 else
                    f"exited with status {code}")
             result = {"rank": rank, "status": "died", "detail": how,
                       "failed_at": ended_at[rank]}
-        elif result.get("status") != "returned":
-            result.setdefault("failed_at", ended_at[rank])
+        else:
+            if result.get("status") != "returned":
+                result.setdefault("failed_at", ended_at[rank])
+            result["batches"] = servers[rank].batches  # what it fetched, recorded here
         summary[str(rank)] = result
-    return summary
+    for fd in reports.values():
+        if fd >= 0:
+            os.close(fd)
+    return {"ranks": summary, "key": key, "loopback_bytes": loopback_bytes() - sent_before}
 
 
 def _stuck_at(folder, rank) -> str:
@@ -369,14 +547,6 @@ def _stuck_at(folder, rank) -> str:
     return ""
 
 
-def _read_rank(folder, rank):
-    try:
-        with open(os.path.join(folder, f"rank{rank}.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _launcher(fn, setting, timeout, result_fd) -> None:
     """The sandbox's worker: the ranks, then one JSON document on ``result_fd``."""
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the sandbox's output pipe
@@ -387,19 +557,19 @@ def _launcher(fn, setting, timeout, result_fd) -> None:
         # imported after init it pins the default group (known PyTorch bug, see DESIGN.md).
         # Loaded by this module's import already; a fresh import would cost every run.
         importlib.import_module("torch._dynamo")
-        document = {"ok": True, "ranks": _run_ranks(fn, setting, timeout, result_fd)}
+        document = {"ok": True, **_run_ranks(fn, setting, timeout, result_fd)}
     except BaseException as exc:  # noqa: B036
         document = {"ok": False, **_describe_error(exc)}
     confine._write_all(result_fd, json.dumps(document).encode())
     os.close(result_fd)
 
 
-def reference_run(setting) -> dict:
-    """train_dp's parameters and batches for ``setting``, computed in the caller after the
-    sandbox has ended (so no rank's memory ever holds them; not cached, for the same reason),
-    with the caller's random state restored after."""
+def reference_run(setting, key: int) -> dict:
+    """train_dp's parameters and batches for ``setting`` on the run's secret data (``key``),
+    computed in the caller after the sandbox has ended (so no rank's memory ever holds them;
+    not cached, for the same reason), with the caller's random state restored after."""
     size, epochs, global_batch, seed = setting
-    data = RecordingDataset(make_dataset(size))
+    data = RecordingDataset(secret_dataset(size, key))
     with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as folder:
         model = train_dp(data, epochs, global_batch, seed, os.path.join(folder, "reference.pt"))
     return {"params": _flat_params(model), "batches": data.batches}
@@ -464,7 +634,12 @@ def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -
     except ValueError:
         data = {"ok": False, "error_type": "", "error_message": "",
                 "detail": "the checker's sandbox gave no answer (killed or stuck)"}
-    data["reference"] = reference_run(setting)
+    if data.get("ok") and (type(data.get("key")) is not int or type(
+            data.get("loopback_bytes")) is not int):
+        data = {"ok": False, "error_type": "", "error_message": "",
+                "detail": "the checker's sandbox gave a malformed answer"}
+    if data.get("ok"):
+        data["reference"] = reference_run(setting, data["key"])
     data["protections"] = sandbox.protections
     return data
 
@@ -588,10 +763,16 @@ def judge(data: dict, setting) -> dict[str, str]:
         verdict["batch"] = (f"each rank's batches held {sizes} samples; a global batch of "
                             f"{global_batch} on {n} ranks is {global_batch // n} per rank: "
                             "batch_size=global_batch // world_size")
+    needed = min_exchange_bytes(setting)
     if ranks[0]["params"] != ranks[1]["params"]:
         verdict["sync"] = ("rank 0 and rank 1 ended with different parameters: the gradients "
                            "were not averaged - wrap the model in DistributedDataParallel and "
                            "call the wrapped model in the forward pass")
+    elif data["loopback_bytes"] < needed:  # counted by the kernel, outside every rank
+        verdict["sync"] = (f"the ranks sent {data['loopback_bytes']} bytes to each other in "
+                           f"all, less than averaging the gradients needs ({needed}: a ring "
+                           "all-reduce of 2 ranks sends twice the gradients' bytes per step): "
+                           "wrap the model in DistributedDataParallel")
     diff = max(abs(a - b) for a, b in zip(ranks[0]["params"], reference["params"], strict=True))
     if not diff <= ATOL:
         verdict["params"] = (f"rank 0's parameters differ from the one-process run by up to "
@@ -603,11 +784,22 @@ def judge(data: dict, setting) -> dict[str, str]:
         verdict["checkpoint"] = ("no rank saved the checkpoint" if not writers else
                                  f"the checkpoint was written by ranks {writers}: save on rank "
                                  "0 only (if dist.get_rank() == 0), then dist.barrier()")
+    elif verdict["sync"]:  # who saved is the ranks' own word: it counts once they agree
+        verdict["checkpoint"] = ("not credited while the ranks end with different models: "
+                                 "one rank's checkpoint then holds only its own (see sync)")
     left = [r["rank"] for r in ranks if r["left_initialized"]]
     if left:
         verdict["cleanup"] = (f"rank(s) {left} left the process group initialized: call "
                               "dist.destroy_process_group() (in a finally, so errors leave too)")
     return verdict
+
+
+def min_exchange_bytes(setting) -> int:
+    """The fewest bytes 2 ranks that average their gradients every step send each other in
+    all: a ring all-reduce sends 2 (n - 1) / n P per rank, so 2 P for n = 2, per step."""
+    size, epochs, global_batch, _ = setting
+    steps = epochs * math.ceil(size / global_batch)
+    return steps * 2 * sum(4 * p.numel() for p in make_model().parameters())
 
 
 def _name(fn) -> str:

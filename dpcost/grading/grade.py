@@ -19,7 +19,12 @@ PYTHONPATH on its import path, so a ``dpcost/`` folder beside the notebook is no
    be imported there (the reference answers live in it); ex3 gives the cells the names its
    import cell gives the student (``train_dp``, ``make_model``, ...);
 3. prints the report, then ``score: X`` last: ``--points`` times the fraction of tests passed,
-   rounded to 2 decimals - the partial credit the grade cell hands to nbgrader.
+   rounded to 2 decimals - the partial credit the grade cell hands to nbgrader - where the
+   tests of a function that fails its literal check count as failed (:data:`LITERAL`: one exact value on an input no
+   worked example uses, so a function returning 0 collects nothing).
+
+``python -m dpcost.grading.autograde`` (the instructor's command) runs this for each grade
+cell of each submission, from outside the student's kernel.
 
 Exit status: 0 when it graded (whatever the score), 2 for bad arguments or an unreadable
 notebook. What this protects and what it cannot: docs/teaching.md.
@@ -39,6 +44,14 @@ EXERCISES = {
                             "communication_reduction_factor"), ("imports",), False),
     "ex2_ring_step": (("reduce_scatter_sends", "all_gather_sends"), ("imports",), False),
     "ex3_migrate": (("train_ddp",), ("imports", "given"), True),
+}
+# notebook stem: {grade cell id: the functions its credit grades} (dpcost.grading.autograde)
+GRADE_CELLS = {
+    "ex1_five_functions": {f"grade-{i}": (name,) for i, name in
+                           enumerate(EXERCISES["ex1_five_functions"][0], start=1)},
+    "ex2_ring_step": {"grade-rs": ("reduce_scatter_sends",), "grade-ag": ("all_gather_sends",),
+                      "grade-both": ("reduce_scatter_sends", "all_gather_sends")},
+    "ex3_migrate": {"submit-hidden": ("train_ddp",)},
 }
 # no-ops in the student's namespace
 _COURSE_NAMES = ("check", "submit", "hint", "hint_button", "solution")
@@ -150,6 +163,43 @@ def grade(exercise: str, cells: list[tuple[str, str]], names: list[str]):
     return migrate_check.settings_report(StudentCode(cells, "train_ddp", allow_dpcost, given))
 
 
+# The literal check of each graded function, on an input no worked example uses: a function
+# that fails it gets no credit, so one that returns 0 does not collect the tests that 0 happens
+# to pass (n <= 1, model size 0). ex1: the exact float; ex2: one step of 5 ranks in which every
+# rank sends once and receives once. (ex3's stub or a wrong return fails every run anyway.)
+LITERAL = {
+    "dp_communication_volume": ((3e9, 5), 2.4e10),
+    "ddp_communication_volume": ((2e9, 4), 3e9),
+    "dp_gpu0_memory_multiplier": ((6,), 6.0),
+    "ddp_gpu0_memory_multiplier": ((6,), 1.0),
+    "communication_reduction_factor": ((2e9, 6), 6.0),
+    "reduce_scatter_sends": ((5, 2), None),
+    "all_gather_sends": ((5, 2), None),
+}
+
+
+def _literal_passes(value, expected) -> bool:
+    if expected is not None:
+        return type(value) is float and value == expected
+    sends = value if type(value) is list else []
+    if not sends or not all(type(s) in (tuple, list) and len(s) == 3 for s in sends):
+        return False
+    return sorted(s[0] for s in sends) == sorted(s[1] for s in sends) == list(range(5))
+
+
+def literal_failures(exercise: str, cells, names) -> list[str]:
+    """The literal checks that ``names`` fail, in words (sandboxed, as the battery)."""
+    from dpcost.grading.sandbox import run_many
+
+    checked = [name for name in names if name in LITERAL]
+    allow_dpcost = EXERCISES[exercise][2]
+    outcomes = run_many([(StudentCode(cells, name, allow_dpcost), LITERAL[name][0], {})
+                         for name in checked], max_timeouts=2)
+    return [f"{name}{LITERAL[name][0]} gave {outcome.describe()}" for name, outcome
+            in zip(checked, outcomes, strict=True)
+            if not (outcome.returned and _literal_passes(outcome.value, LITERAL[name][1]))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -I -m dpcost.grading.grade",
                                      description=__doc__.split("\n")[0])
@@ -174,9 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         notebook = json.loads(args.notebook.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         parser.error(f"notebook {str(args.notebook)!r} cannot be read: {exc}")
-    report = grade(exercise, student_cells(notebook, skipped), args.functions)
+    cells = student_cells(notebook, skipped)
+    report = grade(exercise, cells, args.functions)
     print(report)
-    score = round(args.points * report.passed / report.total, 2) if report.total else 0.0
+    failed = literal_failures(exercise, cells, args.functions)
+    if failed:
+        print(f"literal check failed, so no credit for it: {'; '.join(failed)}")
+    gated = {text.split("(", 1)[0] for text in failed}
+    passed = sum(r.passed and r.function not in gated for r in report.results)
+    score = round(args.points * passed / report.total, 2) if report.total else 0.0
     print(f"score: {score:g}")
     return 0
 
