@@ -44,6 +44,8 @@ VENDOR_TARGETS = {  # where index.html and worker.js expect them
     "vega-lite/build/vega-lite.min.js": "vega-lite/vega-lite.min.js",
     "vega-embed/build/vega-embed.min.js": "vega-embed/vega-embed.min.js",
 }
+# Where index.html gets the opening case's answer (``opening_script``).
+OPENING_MARK = "<!-- opening case: book/build.py puts the answer it computed here -->"
 # Stand-ins for what the model must never import: the page's Python has none of them.
 _CLOSURE = (
     "import json, sys\n"
@@ -119,7 +121,20 @@ def build_explorer(html: Path) -> Path:
         for path in model_files():
             archive.write(path, path.relative_to(ROOT).as_posix())
     (page / "colors.json").write_text(json.dumps(colors(), indent=1) + "\n")
+    index = page / "index.html"
+    index.write_text(index.read_text().replace(OPENING_MARK, opening_script()))
     return page
+
+
+def opening_script() -> str:
+    """The opening case computed here, in CPython, as a JSON script for index.html: the page
+    draws it at once (marked as precomputed) and makes the controls live when Pyodide has
+    loaded and answered the same question in the browser."""
+    from dpcost.explorer_model import controls, explore
+
+    built = {"controls": controls(), "colors": colors(), "result": explore(None)}
+    text = json.dumps(built, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return f'<script id="opening" type="application/json">{text}</script>'
 
 
 def main(argv=None) -> int:

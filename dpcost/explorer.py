@@ -33,13 +33,16 @@ than n uses fewer GPUs.
 What the views show is computed by ``dpcost.explorer_model`` (no ipywidgets, no matplotlib); this
 module is the widget. Views are ``Image`` and ``HTML`` widgets updated from an ``observe`` callback
 (no ``interactive``/``Output``), which is what renders reliably in Voila. Use it in a notebook as
-``Explorer().show()`` (the widget, then a static snapshot for readers without a kernel) or
-``Explorer().widget``; tests set ``explorer.controls[name].value``.
+``Explorer().show()`` (the widget, then a static snapshot for readers without a kernel; under
+Voila, the lecture page's own face instead) or ``Explorer().widget``; tests set
+``explorer.controls[name].value``. Each change renders only the parts of a figure that moved
+(``dpcost.explorer_views``); ``benchmarks/explorer_update_time.py`` times it.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
 import textwrap
 from contextlib import contextmanager
@@ -85,6 +88,18 @@ __all__ = ["Explorer", "scenario", "verdict", "parse_parameter_count", "CUSTOM",
            "planned_model"]
 
 YOUR_MODULE = "your module"
+# The Voila page's head: a title and one line, and a style that hides every cell of the notebook
+# but the one that shows the explorer (markdown, checks and their printouts are the lesson's).
+PAGE_HEAD = """<style>
+body[data-voila] #rendered_cells .jp-Cell:not(:has(.dpcost-page)) { display: none; }
+.dpcost-page h1 { font-size: 28px; margin: 8px 0 4px; }
+.dpcost-page p { font-size: 17px; margin: 0 0 10px; }
+</style>
+<div class="dpcost-page">
+<h1>DataParallel against DDP: the explorer</h1>
+<p>Move a control: the bytes on the busiest link, the step time and the memory per GPU follow,
+with the readout naming the path or algorithm behind every number (dpcost's models, lesson 05).</p>
+</div>"""
 MODULE_SETTINGS = {"spec": "dpcost.torch_models:small_cnn", "module_input": "3,32,32"}
 
 
@@ -111,6 +126,19 @@ def planned_model(spec: str, per_sample: str, precision: str = "fp32"):
                    source="dpcost.plan: counted on the meta device from one traced forward "
                           "and backward (parameters, tensors and their ready order, FLOPs, "
                           "outputs, activations)")
+
+
+def in_voila() -> bool:
+    """Whether this kernel was started by Voila (it sets SERVER_SOFTWARE to voila/<version>)."""
+    return os.environ.get("SERVER_SOFTWARE", "").startswith("voila/")
+
+
+@lru_cache(maxsize=1)
+def _compressor():
+    """Two threads that compress the views' PNGs (one per core on a small machine)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpcost-png")
 
 
 class Explorer:
@@ -175,6 +203,7 @@ class Explorer:
         self.views = {"volume": VolumeView(CURVE_GPUS), "time": StepView(), "memory": MemoryView()}
         self.images = {name: widgets.Image(format="png") for name in self.views}
         self.last = None  # the scenario on screen (None until the first good update)
+        self.page = None  # under Voila, the page's own explorer (show_page)
         self.error = None  # the message shown when the last change was refused
         self._holding = False
         for widget in self.controls.values():
@@ -259,9 +288,13 @@ class Explorer:
             "memory": (tuple(tuple(v.values()) for v in s["memory"].values()),
                        s["capacity_bytes"]),
         }
-        for name, view in self.views.items():
-            self.images[name].value = view.png(view.background_key(), keys[name])
-        self.readout.value = self._readout_html(model, intra, inter, gpu, s)
+        # zlib runs on another thread while the next figure draws (it releases the GIL).
+        pngs = {name: view.png(view.background_key(), keys[name], _compressor())
+                for name, view in self.views.items()}
+        readout_html = self._readout_html(model, intra, inter, gpu, s)
+        for name, png in pngs.items():
+            self.images[name].value = png if isinstance(png, bytes) else png.result()
+        self.readout.value = readout_html
         self.source.value = (
             '<div style="font-size:12px;color:#555;padding:8px">'
             + "<br>".join(f"<b>{html.escape(name)}</b>: {html.escape(text)}"
@@ -287,10 +320,14 @@ class Explorer:
 
         The widget needs a running kernel; the snapshot (the readout as text, the three views
         as PNG) stays in the saved notebook, so the website, a notebook viewer without a kernel
-        and a printout still show the explorer at these settings.
+        and a printout still show the explorer at these settings. Under Voila the page gets
+        its own face instead (``show_page``).
         """
         from IPython.display import Image, display
 
+        if in_voila():
+            self.show_page()
+            return
         display(self.widget)
         print("Snapshot at these settings (static: what a reader without a kernel sees;\n"
               "the live explorer above redraws, this does not):")
@@ -299,6 +336,21 @@ class Explorer:
                         for line in self.readout_lines()))
         for name in self.views:
             display(Image(data=self.images[name].value, format="png"))
+
+    def settings(self) -> dict:
+        """The controls' values, as ``Explorer(**settings)`` takes them."""
+        return {name: widget.value for name, widget in self.controls.items()}
+
+    def show_page(self) -> None:
+        """The lecture page's face (Voila): a title, one line, and a live explorer of its own at
+        these settings, with every other cell of the notebook hidden. The lesson's later cells
+        move this explorer for their checks; the page's stays where it opened, the opening
+        case of the site's explorer page."""
+        from IPython.display import HTML, display
+
+        display(HTML(PAGE_HEAD))
+        self.page = Explorer(**self.settings())
+        display(self.page.widget)
 
     def _readout_html(self, model, intra, inter, gpu, s: dict) -> str:
         """``explorer_model.readout`` as HTML: the sentence, the table, memory, the verdict."""

@@ -12,10 +12,15 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from collections import OrderedDict
 
+import matplotlib as mpl
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import (
     FixedLocator,
     FuncFormatter,
@@ -29,56 +34,150 @@ from dpcost.plots import style
 from dpcost.units import format_bytes, format_seconds
 
 FIGSIZE = (6.4, 4.3)  # two side by side fill a 1280-pixel-wide screen at 100 dpi
+# Shown at their own size (not scaled down as in a deck), so 11 pt (15 px) is the least.
+RC = {"font.size": 12, "axes.titlesize": 15, "axes.labelsize": 13, "xtick.labelsize": 12,
+      "ytick.labelsize": 12, "legend.fontsize": 11}
 
 COMPONENT_COLORS = style.COMPONENT_COLORS  # memory components, bottom to top
+
+
+class _Boxes:
+    """Axis-aligned rectangles in one PolyCollection: one draw call for all of them (a bar
+    chart's separate patches cost a draw each). ``set`` takes the corners; ``extents`` gives
+    them back, as set (a box drawn empty keeps its extent here)."""
+
+    def __init__(self, ax, colors):
+        self.colors = list(colors)
+        self.collection = PolyCollection([], facecolors=self.colors, linewidths=0)
+        ax.add_collection(self.collection, autolim=False)
+        self._extents = np.zeros((len(self.colors), 4))
+
+    def set(self, extents, drawn=None) -> None:
+        """``extents``: rows of (x0, y0, x1, y1); ``drawn``: which to draw (all by default)."""
+        self._extents = np.asarray(extents, dtype=float).reshape(len(self.colors), 4)
+        shown = np.ones(len(self.colors), bool) if drawn is None else np.asarray(drawn, bool)
+        x0, y0, x1, y1 = self._extents[shown].T
+        self.collection.set_verts(np.stack([np.stack([x0, y0], 1), np.stack([x1, y0], 1),
+                                            np.stack([x1, y1], 1), np.stack([x0, y1], 1)], 1))
+        self.collection.set_facecolor([c for c, on in zip(self.colors, shown, strict=True) if on])
+
+    def extents(self):
+        return self._extents
 
 
 def _bytes_tick(value, _pos) -> str:
     return format_bytes(value, digits=3)
 
 
-class _View:
-    """One figure on an Agg canvas, rendered in two layers to keep updates fast.
+def _style():
+    """The course's figure style with the explorer's type sizes, while a view builds its
+    artists (the ticks made later copy the first ones)."""
+    return mpl.rc_context({**style.RC, **RC})
 
-    The background (axes, ticks, labels, legend) depends only on ``background_key`` (the axis
-    limits): it is drawn in full the first time a key is seen and its pixels are cached, up to
-    ``MAX_BACKGROUNDS`` keys. Every change restores those pixels and draws only the ``dynamic``
-    artists over them (matplotlib's blitting, here into a PNG).
+
+class _View:
+    """One figure on an Agg canvas, rendered in three layers to keep updates fast.
+
+    1. The static layer: everything but the moving artists and the axis whose limits move
+       (``moving_axis``): title, legend, the other axis, spines. It depends only on
+       ``static_key`` and is drawn once per key (the legend is the costliest artist).
+    2. The background: the static layer plus the moving axis (its ticks, labels and grid) at
+       ``background_key``, its limits. Cached as pixels, the least recently used dropped
+       beyond ``MAX_BACKGROUNDS``; a new limit draws that one axis, not the whole figure.
+    3. The ``dynamic`` artists, drawn over the restored background on every change
+       (matplotlib's blitting, here into a PNG).
     """
 
-    MAX_BACKGROUNDS = 16  # about 1.1 MB of pixels each
+    MAX_BACKGROUNDS = 48  # about 1.1 MB of pixels each
+    moving_axis = "y"  # the axis whose limits follow the data
 
-    def __init__(self):
-        style.apply()
+    def __init__(self, *args):
         self.figure = Figure(figsize=FIGSIZE)
         self.canvas = FigureCanvasAgg(self.figure)
         self.dynamic = []  # artists that move with the controls, drawn last, in this order
-        self._backgrounds = {}
+        self._statics = {}  # static_key -> pixels
+        self._backgrounds = OrderedDict()  # (static_key, background_key) -> pixels
         self._key = None
         self._png = b""
+        self._rows = None  # the PNG's rows, reused (see pixel_rows)
+        with _style():
+            self._build(*args)
 
-    def png(self, background_key, key) -> bytes:
-        """The figure as PNG bytes, rendered again only when ``key`` (what is drawn) changed."""
-        if (background_key, key) == self._key:
-            return self._png
-        background = self._backgrounds.get(background_key)
-        if background is None:
-            visible = [artist.get_visible() for artist in self.dynamic]
-            for artist in self.dynamic:
-                artist.set_visible(False)
+    def _build(self, *args) -> None:
+        """Make the figure's artists (each view's own)."""
+        raise NotImplementedError
+
+    def static_key(self):
+        """What the static layer depends on besides the figure itself (e.g. row names)."""
+        return ()
+
+    def _axis(self):
+        return self.ax.yaxis if self.moving_axis == "y" else self.ax.xaxis
+
+    def _hide_and_draw(self, hidden) -> None:
+        shown = [artist.get_visible() for artist in hidden]
+        for artist in hidden:
+            artist.set_visible(False)
+        try:
             self.canvas.draw()
-            for artist, shown in zip(self.dynamic, visible, strict=True):
-                artist.set_visible(shown)
-            if len(self._backgrounds) >= self.MAX_BACKGROUNDS:
-                self._backgrounds.clear()
-            self._backgrounds[background_key] = self.canvas.copy_from_bbox(self.figure.bbox)
-        else:
+        finally:
+            for artist, visible in zip(hidden, shown, strict=True):
+                artist.set_visible(visible)
+
+    def _background(self, background_key):
+        static_key = self.static_key()
+        key = (static_key, background_key)
+        background = self._backgrounds.get(key)
+        if background is not None:
+            self._backgrounds.move_to_end(key)
             self.canvas.restore_region(background)
+            return background
+        static = self._statics.get(static_key)
+        if static is None:
+            self._hide_and_draw([*self.dynamic, self._axis()])
+            static = self._statics[static_key] = self.canvas.copy_from_bbox(self.figure.bbox)
+        else:
+            self.canvas.restore_region(static)
+        axis = self._axis()
+        axis.draw(self.canvas.get_renderer())
+        self._legend_on_top(static)  # over the moving axis's grid, as in a full draw
+        background = self._backgrounds[key] = self.canvas.copy_from_bbox(self.figure.bbox)
+        while len(self._backgrounds) > self.MAX_BACKGROUNDS:
+            self._backgrounds.popitem(last=False)
+        return background
+
+    def _legend_on_top(self, pixels) -> None:
+        """Put back a legend inside the axes from ``pixels``: a full draw draws it last."""
+        legend = self.ax.get_legend()
+        if legend is not None:
+            box = legend.get_window_extent().padded(2)
+            top, bottom = self.figure.bbox.height - box.y1, self.figure.bbox.height - box.y0
+            # Agg counts pixel rows from the top; xy places the saved region's origin
+            self.canvas.restore_region(pixels, bbox=(box.x0, top, box.x1, bottom), xy=(0, 0))
+
+    def png(self, background_key, key, compress=None):
+        """The figure as PNG bytes, rendered again only when ``key`` (what is drawn) changed.
+
+        ``compress``: an executor (``concurrent.futures``) to run the zlib step on; then the
+        result is a Future of the bytes (zlib lets other threads run, so the next figure draws
+        meanwhile) or, when nothing changed, the bytes themselves.
+        """
+        full_key = (self.static_key(), background_key, key)
+        if full_key == self._key:
+            return self._png
+        background = self._background(background_key)
         renderer = self.canvas.get_renderer()
         for artist in self.dynamic:
             artist.draw(renderer)
-        self._png = encode_png(self.canvas)
-        self._key = (background_key, key)
+        self._legend_on_top(background)
+        self._rows = pixel_rows(self.canvas, self._rows)
+        self._key = full_key
+        if compress is None:
+            return self._encode()
+        return compress.submit(self._encode)
+
+    def _encode(self) -> bytes:
+        self._png = png_bytes(self._rows)  # set before the Future completes
         return self._png
 
     def render_full(self) -> bytes:
@@ -91,19 +190,33 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
-def encode_png(canvas) -> bytes:
-    """The canvas's pixels as an 8-bit RGB PNG, written directly (PNG spec, ISO/IEC 15948).
-
-    Rows unfiltered (filter byte 0) and zlib level 1: about twice as fast as Pillow's encoder
-    here, at a similar size (~45 kB), because a PNG is made on every control change.
-    """
+def pixel_rows(canvas, rows=None):
+    """The canvas's RGBA pixels as PNG rows: a filter byte (0: none) then the row's bytes.
+    ``rows``: the buffer from last time, reused when the size fits. RGBA, as Agg holds them:
+    copying whole rows is about 40 times faster than picking out RGB, and zlib's extra work on
+    the (constant) alpha costs less than that saves."""
     width, height = canvas.get_width_height()
-    rgb = np.asarray(canvas.buffer_rgba())[:, :, :3]
-    rows = np.zeros((height, 1 + 3 * width), dtype=np.uint8)  # column 0: each row's filter byte
-    rows[:, 1:] = rgb.reshape(height, 3 * width)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit, colour type 2: RGB
+    if rows is None or rows.shape != (height, 1 + 4 * width):
+        rows = np.zeros((height, 1 + 4 * width), dtype=np.uint8)
+    rows[:, 1:] = np.asarray(canvas.buffer_rgba()).reshape(height, 4 * width)
+    return rows
+
+
+def png_bytes(rows) -> bytes:
+    """``pixel_rows`` as an 8-bit RGBA PNG, written directly (PNG spec, ISO/IEC 15948).
+
+    Rows unfiltered and zlib level 1: about twice as fast as Pillow's encoder here, at a
+    similar size (~50 kB), because a PNG is made on every control change.
+    """
+    height, row_bytes = rows.shape
+    header = struct.pack(">IIBBBBB", (row_bytes - 1) // 4, height, 8, 6, 0, 0, 0)  # 8-bit RGBA
     return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
-            + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + _png_chunk(b"IEND", b""))
+            + _png_chunk(b"IDAT", zlib.compress(rows, 1)) + _png_chunk(b"IEND", b""))
+
+
+def encode_png(canvas) -> bytes:
+    """The canvas's pixels as an 8-bit RGB PNG."""
+    return png_bytes(pixel_rows(canvas))
 
 
 def _decade_limits(values, base_range) -> tuple[float, float]:
@@ -141,8 +254,7 @@ class VolumeView(_View):
     # DP's copy path on 16 GPUs with large outputs.
     Y_RANGE = (1e7, 1e14)
 
-    def __init__(self, gpu_counts):
-        super().__init__()
+    def _build(self, gpu_counts):
         ax = self.ax = self.figure.add_subplot()
         self.copy_line, = ax.plot([], [], "-", color=style.DP_COLOR, lw=2.5,
                                   label="DP copy path: GPU0 (star)")
@@ -174,7 +286,7 @@ class VolumeView(_View):
         ax.set_xlabel("number of GPUs, n (log scale)")
         ax.set_ylabel("bytes on the busiest link (decimal)")
         ax.set_title("Bytes per training step")
-        ax.legend(loc="upper left", fontsize=10)
+        ax.legend(loc="upper left", fontsize=11)
         # Fixed margins (not tight_layout on every change): the axes stay put, only data moves.
         self.figure.subplots_adjust(left=0.17, right=0.97, bottom=0.14, top=0.91)
 
@@ -233,27 +345,27 @@ class StepView(_View):
     step. DP's phases run in series, so all of its communication is exposed; DDP's bucket
     all-reduces run under backward and only the tail is exposed. A thin bar under each shows
     all the communication, hidden or not; the label gives the step time. The x limit snaps to
-    1, 2 or 5 x 10^k.
+    1, 1.5, 2, 3, 5 or 7 x 10^k.
     """
 
-    ROWS = ("DP, copy path", "DP, NCCL path", "DDP", "DDP, flat ring", "HSDP")  # top to bottom
-    MAX_BACKGROUNDS = 32  # x limits times the in-node / multi-node row names
+    # top to bottom; the flat ring, beyond one node only, is last: in a node its row is cut off
+    ROWS = ("DP, copy path", "DP, NCCL path", "DDP", "HSDP", "DDP, flat ring")
+    moving_axis = "x"  # seconds; the rows' names are static (in a node, or beyond one)
 
-    def __init__(self):
-        super().__init__()
+    def _build(self):
         ax = self.ax = self.figure.add_subplot()
         y = list(range(len(self.ROWS)))[::-1]  # the first row on top
         self.y = dict(zip(self.ROWS, y, strict=True))
         rows = len(self.ROWS)
-        self.compute = ax.barh(y, [0] * rows, height=0.5, color=style.DDP_COLOR, alpha=0.55,
-                               label="compute (forward, backward)")
-        self.exposed = ax.barh(y, [0] * rows, height=0.5, color=style.DP_COLOR,
-                               label="exposed communication")
-        self.comm = ax.barh([v - 0.36 for v in y], [0] * rows, height=0.14, color="0.35",
-                            label="all communication (hidden or not)")
-        self.labels = [ax.text(0, v, "", va="center", ha="left", fontsize=10) for v in y]
-        self.dynamic = [*self.compute.patches, *self.exposed.patches, *self.comm.patches,
-                        *self.labels]
+        # per row: compute, then the exposed communication after it, and a thin bar under both
+        # with all the communication, hidden or not
+        colors = {"compute (forward, backward)": to_rgba(style.DDP_COLOR, 0.55),
+                  "exposed communication": to_rgba(style.DP_COLOR),
+                  "all communication (hidden or not)": to_rgba("0.35")}
+        self.bars = _Boxes(ax, [c for c in colors.values() for _ in range(rows)])
+        self.labels = [ax.text(0, v, "", va="center", ha="left", fontsize=11) for v in y]
+        self.dynamic = [self.bars.collection, *self.labels]
+        self._widths = np.zeros((3, rows))
         self._row_names = list(self.ROWS)
         ax.set_yticks(y, self._row_names)
         ax.set_ylim(-0.8, len(self.ROWS) - 0.4)
@@ -261,7 +373,8 @@ class StepView(_View):
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_seconds(v, digits=3)))
         ax.set_xlabel("seconds per training step (modelled)")
         ax.set_title("Step time at the chosen n")
-        self.figure.legend(loc="lower center", ncol=2, fontsize=9, frameon=False)
+        self.figure.legend([Patch(color=c) for c in colors.values()], list(colors),
+                           loc="lower center", ncol=2, fontsize=11, frameon=False)
         ax.grid(axis="y", visible=False)
         self.figure.subplots_adjust(left=0.23, right=0.94, bottom=0.27, top=0.91)
         self._steps = {}
@@ -269,47 +382,56 @@ class StepView(_View):
     def update(self, steps: dict, dp_available: bool, n: int) -> None:
         """Draw ``steps`` (row name -> dpcost.step_time.StepTime); DP rows empty beyond a node."""
         ddp_name = next(name for name in steps if name.startswith("DDP")) if steps else "DDP"
-        names = ["DP, copy path", "DP, NCCL path", ddp_name, "DDP, flat ring", "HSDP"]
+        names = ["DP, copy path", "DP, NCCL path", ddp_name, "HSDP", "DDP, flat ring"]
         self._row_names = [name if i < 3 or name in steps else "" for i, name in enumerate(names)]
         self._steps = {}
         longest = max((st.total_s for st in steps.values()), default=0.0)
-        # room for the labels on the right; 1, 2, 5 x 10^k: few axes to cache
-        limit = _nice_ceiling(max(longest, 1e-9) * 1.6, (1, 2, 5, 10))
+        # room for the labels on the right, snapped to a few values (few axes to cache)
+        limit = _nice_ceiling(max(longest, 1e-9) * 1.4, (1, 1.5, 2, 3, 5, 7, 10))
+        widths = np.zeros((3, len(self.ROWS)))  # compute, exposed, all communication
         for i, name in enumerate(names):
             st = steps.get(name)
             self._steps[self.ROWS[i]] = st
             if st is None:
-                widths, label = (0.0, 0.0, 0.0), ""
+                label = ""
                 if name.startswith("DP") and not dp_available:
                     label = " DataParallel cannot span machines"
             else:
-                widths = (st.compute_s, st.exposed_communication_s, st.communication_s)
+                widths[:, i] = (st.compute_s, st.exposed_communication_s, st.communication_s)
                 label = f" {format_seconds(st.total_s)}"  # the readout has the parts
-            for bars, width in zip((self.compute, self.exposed, self.comm), widths, strict=True):
-                bars.patches[i].set_visible(width > 0)
-            self.compute.patches[i].set_width(widths[0])
-            self.exposed.patches[i].set_x(widths[0])
-            self.exposed.patches[i].set_width(widths[1])
-            self.comm.patches[i].set_width(widths[2])
-            self.labels[i].set_x(widths[0] + widths[1] if st is not None else 0.0)
+            self.labels[i].set_x(widths[0, i] + widths[1, i] if st is not None else 0.0)
             self.labels[i].set_text(label)
+        self._widths = widths
+        y = np.array([self.y[row] for row in self.ROWS], dtype=float)
+        compute, exposed, comm = widths
+        self.bars.set(np.concatenate([
+            np.stack([0 * y, y - 0.25, compute, y + 0.25], 1),
+            np.stack([compute, y - 0.25, compute + exposed, y + 0.25], 1),
+            np.stack([0 * y, y - 0.43, comm, y - 0.29], 1)]), drawn=widths.ravel() > 0)
         self.ax.set_yticks(list(self.y.values()),
                            [name if i < 3 or name in steps else "" for i, name in enumerate(names)])
+        # in a node there is no flat ring: its row, the bottom one, is left out of the axes
+        self.ax.set_ylim(-0.8 if "DDP, flat ring" in steps else 0.35, len(self.ROWS) - 0.4)
         self.ax.set_xlim(0, limit)
 
+    def static_key(self):
+        return tuple(self._row_names)
+
     def background_key(self):
-        return (self.ax.get_xlim(), tuple(self._row_names))
+        return self.ax.get_xlim()
 
     def data(self) -> dict:
         """Per row: total, compute, exposed and all communication seconds read back from the
         bars, and the label; the row names as the axis shows them."""
         out = {}
+        extents = self.bars.extents()
+        rows = len(self.ROWS)
+        width = extents[:, 2] - extents[:, 0]
         for i, (row, name) in enumerate(zip(self.ROWS, self._row_names, strict=True)):
-            compute = float(self.compute.patches[i].get_width())
-            exposed = float(self.exposed.patches[i].get_width())
+            compute, exposed = float(width[i]), float(width[rows + i])
             out[name if self._steps.get(row) is not None else row] = {
                 "total": compute + exposed, "compute": compute, "exposed": exposed,
-                "communication": float(self.comm.patches[i].get_width()),
+                "communication": float(width[2 * rows + i]),
                 "label": self.labels[i].get_text()}
         out["xlim"] = tuple(float(x) for x in self.ax.get_xlim())
         return out
@@ -326,46 +448,44 @@ class MemoryView(_View):
     GPUS = ("dp_gpu0", "ddp", "zero1", "zero2", "zero3", "hsdp")  # the explorer's memory keys
     LABELS = ("DP\nGPU0", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "HSDP")
 
-    def __init__(self):
-        super().__init__()
+    def _build(self):
         ax = self.ax = self.figure.add_subplot()
         x = list(range(len(self.GPUS)))
-        self.bars = {}
-        for component, color in COMPONENT_COLORS.items():
-            self.bars[component] = ax.bar(x, [0] * len(x), width=0.65, color=color,
-                                          label=component)
+        # every component's bar on every GPU, stacked: one rectangle each, in one collection
+        self.bars = _Boxes(ax, [to_rgba(color) for color in COMPONENT_COLORS.values()
+                                for _ in self.GPUS])
         self.capacity = ax.axhline(80e9, color="0.15", ls="--", lw=1.5, label="GPU capacity")
-        self.totals = [ax.text(i, 0, "", ha="center", va="bottom", fontsize=9) for i in x]
-        self.dynamic = [p for bars in self.bars.values() for p in bars.patches]
-        self.dynamic += [self.capacity, *self.totals]
+        self.totals = [ax.text(i, 0, "", ha="center", va="bottom", fontsize=11,
+                               multialignment="center", linespacing=1.1) for i in x]
+        self.dynamic = [self.bars.collection, self.capacity, *self.totals]
+        self._heights = np.zeros((len(COMPONENT_COLORS), len(self.GPUS)))
         ax.set_xticks(x, self.LABELS, fontsize=11)
         ax.set_xlim(-0.5, 8.3)  # room on the right for the legend
         ax.yaxis.set_major_formatter(FuncFormatter(_bytes_tick))
         ax.set_ylabel("bytes per GPU (decimal)")
         ax.set_title("Memory per GPU: fits (✓) or not (✗)")
         # Legend top to bottom in stacking order, so it reads like the bars.
-        handles, labels = ax.get_legend_handles_labels()
-        ax.legend(handles[::-1], labels[::-1], loc="upper right", fontsize=9)
+        handles = [self.capacity, *(Patch(color=c, label=name)
+                                    for name, c in reversed(COMPONENT_COLORS.items()))]
+        ax.legend(handles=handles, loc="upper right", fontsize=11)
         ax.grid(axis="x", visible=False)
         self.figure.subplots_adjust(left=0.18, right=0.98, bottom=0.13, top=0.91)
 
     def update(self, memory: dict, capacity_bytes: float) -> None:
         """Stack ``memory[gpu][component]`` bytes; a GPU missing from ``memory`` (DP beyond one
         node) gets an empty bar and says why."""
-        bottoms = [0.0] * len(self.GPUS)
-        for component, container in self.bars.items():
-            for i, gpu in enumerate(self.GPUS):
-                height = float(memory.get(gpu, {}).get(component, 0.0))
-                container.patches[i].set_y(bottoms[i])
-                container.patches[i].set_height(height)
-                bottoms[i] += height
+        heights = np.array([[float(memory.get(gpu, {}).get(component, 0.0)) for gpu in self.GPUS]
+                            for component in COMPONENT_COLORS])
+        tops = np.cumsum(heights, axis=0)
+        bottoms = list(tops[-1])
         top = max(max(bottoms), capacity_bytes, 1.0)
         self.ax.set_ylim(0, _nice_ceiling(top * 1.2))
-        # Bars under a pixel (about 1/400 of the axis) are not drawn: each patch costs a draw.
+        # Bars under a pixel (about 1/400 of the axis) are not drawn.
         least = self.ax.get_ylim()[1] / 400
-        for container in self.bars.values():
-            for patch in container.patches:
-                patch.set_visible(patch.get_height() >= least)
+        x = np.tile(np.arange(len(self.GPUS), dtype=float), len(COMPONENT_COLORS))
+        self.bars.set(np.stack([x - 0.325, (tops - heights).ravel(), x + 0.325, tops.ravel()], 1),
+                      drawn=heights.ravel() >= least)
+        self._heights = heights
         for i, text in enumerate(self.totals):
             text.set_y(bottoms[i])
             if self.GPUS[i] not in memory:
@@ -373,7 +493,8 @@ class MemoryView(_View):
                 text.set_color("0.3")
             else:
                 fit = bottoms[i] <= capacity_bytes  # as dpcost.memory.fits
-                text.set_text(f"{format_bytes(bottoms[i], digits=3)} {'✓' if fit else '✗'}")
+                # two lines: at 11 pt a one-line label is wider than a bar's slot
+                text.set_text(f"{format_bytes(bottoms[i], digits=3)}\n{'✓' if fit else '✗'}")
                 text.set_color("#2e7d32" if fit else "#c0392b")
         self.capacity.set_ydata([capacity_bytes, capacity_bytes])
 
@@ -381,10 +502,10 @@ class MemoryView(_View):
         return self.ax.get_ylim()
 
     def data(self) -> dict:
-        """Bar heights by GPU and component, read back from the patches; the capacity line."""
+        """Bar heights by GPU and component, as drawn; the capacity line and the labels."""
         out = {}
         for i, gpu in enumerate(self.GPUS):
-            out[gpu] = {c: float(bars.patches[i].get_height()) for c, bars in self.bars.items()}
+            out[gpu] = {c: float(self._heights[k, i]) for k, c in enumerate(COMPONENT_COLORS)}
         out["capacity"] = float(self.capacity.get_ydata()[0])
         out["labels"] = [t.get_text() for t in self.totals]
         out["ylim"] = tuple(float(y) for y in self.ax.get_ylim())

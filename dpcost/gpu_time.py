@@ -164,15 +164,19 @@ def ddp_host_seconds(tensors: int, buffers: int, buckets: int,
 
 def replicate_call_seconds(tensors: int, tensor_bytes: float, devices: int) -> float:
     """One ``torch.nn.parallel.replicate`` of a module with ``tensors`` parameters and buffers
-    of ``tensor_bytes`` to ``devices`` devices (what the H200 timed, to one device too)."""
+    of ``tensor_bytes`` to ``devices`` replicas on ONE device, as the H200 timed it (``[0]``,
+    ``[0, 0]``): every replica's copies queue on the same GPU."""
     return REPLICATE_S + devices * (tensors * REPLICATE_TENSOR_S + tensor_bytes * REPLICATE_BYTE_S)
 
 
 def replicate_seconds(tensors: int, tensor_bytes: float, devices: int) -> float:
     """What DataParallel pays for ``replicate`` every forward on ``devices`` GPUs
-    (``data_parallel.py: DataParallel.forward``): nothing on one GPU, where it calls the module
-    itself."""
-    return 0.0 if devices <= 1 else replicate_call_seconds(tensors, tensor_bytes, devices)
+    (``data_parallel.py: DataParallel.forward``): the host's work per tensor per device, and the
+    flatten-and-copy of the bytes once (each GPU unflattens its copy in parallel; the bytes on the
+    links are the broadcast's, timed apart). Nothing on one GPU, where it calls the module."""
+    if devices <= 1:
+        return 0.0
+    return REPLICATE_S + devices * tensors * REPLICATE_TENSOR_S + tensor_bytes * REPLICATE_BYTE_S
 
 
 # --- fitting ------------------------------------------------------------------------------

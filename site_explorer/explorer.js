@@ -12,6 +12,7 @@ window.dpcostExplorer = page;  // for the browser test and the benchmark
 
 const status = document.getElementById("status");
 const form = document.getElementById("controls");
+const boot = window.dpcostBoot || { messages: [] };  // index.html started the worker
 
 let worker, controls, colors, views = {}, sent = 0, pending = null, queued = null;
 
@@ -20,38 +21,74 @@ function fail(message) {
   document.body.dataset.state = "failed";
   status.className = "failed";
   status.textContent = message;
+  form.hidden = true;
 }
 
-if (typeof WebAssembly !== "object" || typeof Worker !== "function") {
-  fail("This browser cannot run WebAssembly or Web Workers, which this page needs to run the " +
-       "course's Python models. Lesson 05 shows the explorer as a static snapshot instead; " +
-       "a current Chrome, Edge, Firefox or Safari runs this page.");
-} else {
-  start();
+const opening = readOpening();
+let precomputed = Promise.resolve();  // the opening case drawn from the build's answer
+
+// Run once the whole module is read (main() is called at its end).
+function main() {
+  // The opening case as book/build.py computed it (CPython, when the site was built): drawn at
+  // once, marked as precomputed, with the controls disabled until Python answers here.
+  if (opening && !location.hash.slice(1)) {
+    precomputed = showPrecomputed(opening).catch((error) => console.error(error));
+  }
+  if (typeof WebAssembly !== "object" || typeof Worker !== "function") {
+    fail("This browser cannot run WebAssembly or Web Workers, which this page needs to run " +
+         "the course's Python models. Lesson 05 shows the explorer as a static snapshot " +
+         "instead; a current Chrome, Edge, Firefox or Safari runs this page.");
+  } else {
+    start();
+  }
+}
+
+function readOpening() {
+  const element = document.getElementById("opening");
+  return element ? JSON.parse(element.textContent) : null;
+}
+
+async function showPrecomputed(built) {
+  controls = built.controls;
+  colors = built.colors;
+  buildForm(true);
+  setForm(built.result.settings);
+  document.body.dataset.shown = "precomputed";
+  status.querySelector(".loading").textContent =
+    "Loading Python (Pyodide, about 13 MB the first time) and the course's models… " +
+    "Meanwhile the page shows the opening case as computed when this site was built " +
+    "(precomputed); the controls come alive when Python answers here.";
+  await show(built.result);
+  if (page.state === "loading") page.precomputedMs = performance.now();
 }
 
 function start() {
-  try {
-    worker = new Worker("worker.js", { type: "module" });
-  } catch (error) {
-    fail(`This browser could not start the page's Python worker (${error.message}). ` +
+  if (boot.startError || !boot.worker) {
+    fail(`This browser could not start the page's Python worker (${boot.startError}). ` +
          "Lesson 05 shows the explorer as a static snapshot instead.");
     return;
   }
-  worker.onerror = (event) => fail(`The Python worker stopped: ${event.message || "an error"}. ` +
-                                   "Reload the page to try again.");
-  worker.onmessage = (event) => {
-    const message = event.data;
-    if (message.kind === "failed") fail(`Python could not start: ${message.message}`);
-    else if (message.kind === "ready") ready(message).catch((e) => fail(String(e)));
-    else if (message.kind === "result") answered(message);
-  };
+  worker = boot.worker;
+  const onError = (message) => fail(`The Python worker stopped: ${message || "an error"}. ` +
+                                    "Reload the page to try again.");
+  worker.onerror = (event) => onError(event.message);
+  worker.onmessage = (event) => received(event.data);
+  if (boot.error) onError(boot.error);
+  for (const message of boot.messages.splice(0)) received(message);  // sent before this ran
+}
+
+function received(message) {
+  if (message.kind === "failed") fail(`Python could not start: ${message.message}`);
+  else if (message.kind === "ready") ready(message).catch((e) => fail(String(e)));
+  else if (message.kind === "result") answered(message);
 }
 
 async function ready(message) {
-  controls = message.controls;
-  colors = await (await fetch("colors.json")).json();
-  buildForm();
+  if (!controls) {  // no precomputed case on screen (a linked case, or no build data)
+    controls = message.controls;
+    colors = opening ? opening.colors : await (await fetch("colors.json")).json();
+    buildForm(false);
+  }
   page.python = message.python;
   page.pythonStartSeconds = message.seconds;
   page.pythonPhases = message.phases;  // {pyodide, model}: seconds in the worker
@@ -66,7 +103,7 @@ async function ready(message) {
 
 // --- the controls -------------------------------------------------------------------------
 
-function buildForm() {
+function buildForm(disabled) {
   for (const name of controls.order) {
     const field = document.createElement("div");
     field.className = "field";
@@ -85,6 +122,7 @@ function buildForm() {
     }
     input.name = name;
     input.id = `control-${name}`;
+    input.disabled = disabled;
     label.append(input);
     const error = document.createElement("div");
     error.className = "error";
@@ -142,6 +180,7 @@ function request(what, began) {
 async function answered(message) {
   const asked = pending;
   const result = JSON.parse(message.json);
+  await precomputed;  // its charts are built once, before the first live answer is drawn
   if (!queued) {
     let key = asked.key;
     if (key === null) {  // a link: the form follows it
@@ -158,6 +197,9 @@ async function answered(message) {
       page.state = "ready";
       page.readyMs = performance.now();
       document.body.dataset.state = "ready";
+      document.body.dataset.shown = "live";
+      for (const input of form.elements) input.disabled = false;
+      form.elements.custom.disabled = form.elements.model.value !== "custom";
     }
   }
   pending = null;
@@ -268,32 +310,41 @@ function volumeSpec() {
   const y = { field: "bytes", type: "quantitative",
               title: "bytes on the busiest link (decimal, log scale)",
               scale: { type: "log" }, axis: { labelExpr: decadeLabel } };
-  const color = { field: "series", type: "nominal", title: null,
-                  scale: { domain: [copy, nccl, ddp], range: [colors.dp, colors.dp, colors.ddp] },
-                  legend: { orient: "bottom", direction: "vertical", symbolStrokeWidth: 3 } };
-  const shape = { field: "series", type: "nominal", title: null,
-                  scale: { domain: [copy, nccl, ddp], range: ["circle", "square", "circle"] } };
+  // One legend for the three series: colour, dash (the curves) and shape (the markers) share
+  // the field, the domain and the legend's settings, so Vega-Lite draws them as one.
+  const series = { field: "series", type: "nominal", title: null,
+                   legend: { orient: "bottom", direction: "vertical", symbolStrokeWidth: 3,
+                             symbolSize: 260 } };
+  const domain = [copy, nccl, ddp];
+  const color = { ...series, scale: { domain, range: [colors.dp, colors.dp, colors.ddp] } };
+  const strokeDash = { ...series, scale: { domain, range: [[1, 0], [8, 5], [1, 0]] } };
+  const shape = { ...series, scale: { domain, range: ["circle", "square", "circle"] } };
+  // The vertical rules: the node's size (DataParallel's limit) dotted, the chosen n dashed.
+  const rule = (test, dash) => ({
+    data: { name: "rules" }, transform: [{ filter: test }],
+    mark: { type: "rule", color: "#555", strokeWidth: 1.5, strokeDash: dash },
+    encoding: { x: { ...x, title: null } } });
+  const node = "indexof(datum.what, 'one node') === 0";
   return {
     width: 540, height: 340, config,
     title: "Bytes per training step",
-    resolve: { scale: { strokeDash: "independent" }, legend: { strokeDash: "independent" } },
     layer: [
-      { data: { name: "rules" }, mark: { type: "rule", color: "#555", strokeWidth: 1.5 },
-        encoding: { x: { ...x, title: null },
-                    strokeDash: { field: "what", type: "nominal", legend: null,
-                                  scale: { type: "ordinal", range: [[2, 3], [7, 4]] } } } },
-      { data: { name: "rules" }, transform: [{ filter: "indexof(datum.what, 'one node') === 0" }],
-        mark: { type: "text", angle: 270, align: "left", dx: 0, dy: -6, fontSize: 13,
+      rule(node, [2, 3]),
+      rule(`!(${node})`, [7, 4]),
+      { data: { name: "rules" }, transform: [{ filter: node }],
+        mark: { type: "text", angle: 270, align: "left", dx: 0, dy: -6, fontSize: 14,
                 color: "#444" },
         encoding: { x: { ...x, title: null }, y: { value: 336 }, text: { field: "what" } } },
       { data: { name: "curves" }, mark: { type: "line", strokeWidth: 3 },
-        encoding: { x, y, color, strokeDash: { field: "series", type: "nominal", title: null,
-          scale: { domain: [copy, nccl, ddp], range: [[1, 0], [8, 5], [1, 0]] } } } },
+        encoding: { x, y, color, strokeDash } },
       { data: { name: "markers" }, mark: { type: "point", filled: true, size: 140 },
         encoding: { x, y, color, shape, tooltip: [{ field: "series" }, { field: "bytes", format: ".4~s" }] } },
     ],
   };
 }
+
+// The thin bar under each step: every communication, hidden under backward or not.
+const ALL_COMMUNICATION = "all communication (hidden or not)";
 
 function timeSpec() {
   const y = { field: "row", type: "nominal", title: null, sort: { field: "order", op: "min" },
@@ -307,12 +358,12 @@ function timeSpec() {
       { data: { name: "parts" }, mark: { type: "bar", height: 28 },
         encoding: { y, x: { ...x, stack: "zero" }, order: { field: "stack" },
                     color: { field: "part", type: "nominal", title: null,
-                             scale: { domain: controls.step_parts,
-                                      range: [colors.compute, colors.dp] },
-                             legend: { orient: "bottom", direction: "horizontal" } } } },
+                             scale: { domain: [...controls.step_parts, ALL_COMMUNICATION],
+                                      range: [colors.compute, colors.dp, "#595959"] },
+                             legend: { orient: "bottom", direction: "horizontal", columns: 2 } } } },
       { data: { name: "communication" },
-        mark: { type: "bar", height: 6, yOffset: 20, color: "#595959" },
-        encoding: { y, x } },
+        mark: { type: "bar", height: 6, yOffset: 20 },
+        encoding: { y, x, color: { datum: ALL_COMMUNICATION, type: "nominal" } } },
       { data: { name: "labels" }, mark: { type: "text", align: "left", fontSize: 14 },
         encoding: { y, x, text: { field: "label" } } },
     ],
@@ -336,9 +387,9 @@ function memorySpec() {
                              legend: { orient: "right" } } } },
       { data: { name: "capacity" }, mark: { type: "rule", strokeDash: [6, 4], size: 2, color: "#222" },
         encoding: { y } },
-      { data: { name: "capacity" }, mark: { type: "text", align: "left", dx: 4, dy: -8, fontSize: 12 },
+      { data: { name: "capacity" }, mark: { type: "text", align: "left", dx: 4, dy: -8, fontSize: 14 },
         encoding: { y, x: { value: 0 }, text: { field: "what" } } },
-      { data: { name: "totals" }, mark: { type: "text", dy: -8, fontSize: 13 },
+      { data: { name: "totals" }, mark: { type: "text", dy: -8, fontSize: 14 },
         encoding: { x, y, text: { field: "label" },
                     color: { condition: [{ test: "datum.fits === false", value: colors.dp },
                                          { test: "datum.fits === null", value: "#555" }],
@@ -362,3 +413,5 @@ async function buildCharts(result) {
     views[name] = (await vegaEmbed(`#${name}`, spec, options)).view;
   }
 }
+
+main();

@@ -207,11 +207,24 @@ def test_batch_smaller_than_n_uses_fewer_gpus_and_no_fractional_samples(explorer
         model, 8, 16, "adam", "mixed", attention="sdpa")["ddp_rank"]
 
 
-def _compute(model, samples, gpu, precision, u):
-    flops = 6 * model.parameters * samples * 1024  # GPT-2's 1024 tokens per sample
-    peak = gpu.peak_flops["fp32" if precision == "fp32" else "bf16"]
-    seconds = flops / (peak * u)
-    return seconds / 3, 2 * seconds / 3
+def _compute(name, samples, gpu, precision, **kw):
+    """One GPU's forward and backward from dpcost.gpu_time's parts: 6 N per token (1024 per
+    GPT-2 sample), the preset's saved activations, ops estimated per layer (or counted)."""
+    from dpcost.gpu_time import CONV_FLOPS_SHARE, COUNTED_OPS, compute_time, estimated_ops
+    from dpcost.presets import TRANSFORMER_SHAPES
+    from dpcost.setting import preset_facts
+
+    facts = preset_facts(name, precision)
+    if name in COUNTED_OPS:
+        ops, forward_ops, convolutions = COUNTED_OPS[name]["plain"]
+    else:
+        ops, forward_ops, convolutions = estimated_ops(
+            TRANSFORMER_SHAPES[name].layers, precision), None, 0
+    t = compute_time((facts.forward_flops + facts.backward_flops) * samples,
+                     facts.activation_bytes * samples, ops, gpu, precision,
+                     conv_share=CONV_FLOPS_SHARE.get(name, 0.0), convolutions=convolutions,
+                     forward_ops=forward_ops, **kw)
+    return t.forward_s, t.backward_s
 
 
 def test_paths_are_labelled_and_bytes_come_from_the_two_path_model(explorer):
@@ -239,22 +252,27 @@ def test_paths_are_labelled_and_bytes_come_from_the_two_path_model(explorer):
 
 
 def test_step_time_and_exposed_communication_equal_the_models_functions(explorer):
+    from dpcost.gpu_time import ddp_host_seconds, replicate_seconds
+    from dpcost.nccl_achieved import achieved_link
+
     with explorer.hold():
-        explorer.controls["utilisation"].value = 0.5
         explorer.controls["gpu"].value = "A100 SXM 80GB"
         explorer.controls["intra_link"].value = "NVLink 3 (A100)"
     model, n, b = MODELS["GPT-2 XL"], 8, 8
-    link = INTERCONNECTS["NVLink 3 (A100)"]
-    fwd, bwd = _compute(model, 1, A100, "mixed", 0.5)
+    link = achieved_link(INTERCONNECTS["NVLink 3 (A100)"])  # rings and all-reduce alike on A100
     counts = facts_from_preset(model).tensor_elements
     ready = [c * 2 for c in reversed(counts)]
     buckets = ddp_buckets_from_sizes(ready)
+    fwd, bwd = _compute("GPT-2 XL", 1, A100, "mixed",
+                        extra_backward_host_s=ddp_host_seconds(len(counts), 0, len(buckets)))
     ddp = ddp_step_time(fwd, bwd, buckets, n, link.bandwidth_bytes_per_s, link.latency_s)
     P = model.parameters * 2
     sizes = [c * 2 for c in counts]
-    dp = {path: dp_step_time(fwd, bwd, P, P, n, link.bandwidth_bytes_per_s, link.latency_s,
-                             path=path, input_bytes=8 * 1024 * b,
-                             output_bytes=1024 * 50_257 * 2 * b, param_sizes=sizes)
+    dp_fwd, dp_bwd = _compute("GPT-2 XL", 1, A100, "mixed", replicas=n)
+    dp = {path: dp_step_time(dp_fwd, dp_bwd, P, P, n, link.bandwidth_bytes_per_s,
+                             link.latency_s, path=path, input_bytes=8 * 1024 * b,
+                             output_bytes=1024 * 50_257 * 2 * b, param_sizes=sizes,
+                             replicate_s=replicate_seconds(len(counts), P, n))
           for path in ("copy", "nccl")}
     time = explorer.data()["time"]
     for row, st in (("DDP, ring", ddp), ("DP, copy path", dp["copy"]),
@@ -288,17 +306,24 @@ def test_multinode_ddp_two_level_beside_the_flat_ring(explorer):
     with explorer.hold():
         explorer.controls["gpus"].value = 64
         explorer.controls["model"].value = "ResNet-50"
+    from dpcost.gpu_time import ddp_host_seconds
+    from dpcost.nccl_achieved import achieved_link
+
     n, g = 64, 8
     buckets = ddp_buckets_from_sizes(resnet50_ready_order_bytes(dtype_bytes=2))
     per_rank = math.ceil(256 / 64)
-    seconds = 3 * 2 * 4_089_184_256 * per_rank / (H100.peak_flops["bf16"] * 0.4)
-    fwd, bwd = seconds / 3, 2 * seconds / 3
-    links = (NVLINK4.bandwidth_bytes_per_s, NVLINK4.latency_s, NDR.bandwidth_bytes_per_s,
-             NDR.latency_s)
+    fwd, bwd = _compute("ResNet-50", per_rank, H100, "mixed",
+                        extra_backward_host_s=ddp_host_seconds(161, 159, len(buckets)))
+    nv, ib = achieved_link(NVLINK4), achieved_link(NDR)
+    links = (nv.bandwidth_bytes_per_s, nv.latency_s, ib.bandwidth_bytes_per_s, ib.latency_s)
+    # the BatchNorm buffers' broadcast before forward, a pipelined ring across the nodes
+    buffers = 4 * 2 * 26_560 / 2 + 8 * 53  # running stats at 16 bits, counters int64
+    sync = buffers / ib.bandwidth_bytes_per_s + (n - 1) * ib.latency_s
     two = ddp_step_time(fwd, bwd, buckets, n, *links[:2], allreduce_time=lambda x:
-                        hierarchical_allreduce_time(x, g, 8, *links)["total"])
+                        hierarchical_allreduce_time(x, g, 8, *links)["total"],
+                        buffer_broadcast_s=sync)
     flat = ddp_step_time(fwd, bwd, buckets, n, *links[:2], allreduce_time=lambda x:
-                         flat_ring_multinode_time(x, g, 8, *links))
+                         flat_ring_multinode_time(x, g, 8, *links), buffer_broadcast_s=sync)
     time = explorer.data()["time"]
     assert close(time["DDP, two-level"]["total"], two.total_s, rel=1e-6)
     assert close(time["DDP, flat ring"]["total"], flat.total_s, rel=1e-6)
@@ -426,3 +451,35 @@ def test_the_model_runs_without_ipywidgets_matplotlib_or_torch():
     shown, modules = done.stdout.split(" ", 1)
     assert shown == "True"
     assert "'dpcost.explorer'" not in modules and "explorer_views" not in modules
+
+
+def test_the_voila_page_has_its_own_face_and_opens_on_the_sites_case(monkeypatch, capsys):
+    """Under Voila (SERVER_SOFTWARE=voila/...) show() gives the page a title, hides the lesson's
+    other cells and shows one live explorer of its own, at the opening case of the site's page
+    (explorer_model.explore's settings); no static snapshot, no notebook instructions."""
+    import IPython.display
+
+    from dpcost.explorer import PAGE_HEAD
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objects: shown.extend(objects))
+    lesson = Explorer()
+    monkeypatch.setenv("SERVER_SOFTWARE", "voila/0.5.13")
+    lesson.show()
+    assert capsys.readouterr().out == ""  # no snapshot printed
+    head, widget = shown
+    assert isinstance(head, IPython.display.HTML) and head.data == PAGE_HEAD
+    assert ":not(:has(.dpcost-page))" in PAGE_HEAD and "Run the cell" not in PAGE_HEAD
+    assert widget is lesson.page.widget and lesson.page is not lesson
+    site = X.explore(None)["settings"]
+    assert {k: str(v) for k, v in lesson.page.settings().items() if k in site} == {
+        k: str(v) for k, v in site.items()}
+    # the lesson's checks move their explorer; the page's stays on the opening case
+    before = lesson.page.readout_text()
+    lesson.controls["model"].value = "Llama-2 7B"
+    assert lesson.page.readout_text() == before != lesson.readout_text()
+
+    shown.clear()
+    monkeypatch.setenv("SERVER_SOFTWARE", "TornadoServer/6.5")  # a notebook server
+    lesson.show()
+    assert shown[0] is lesson.widget and "Snapshot at these settings" in capsys.readouterr().out

@@ -100,5 +100,10 @@ def test_replicate_to_one_gpu_is_free_and_grows_with_devices():
     8.1 ms to two: the model reproduces the two models' rows it was fitted on)."""
     size = fit.TENSOR_BYTES["ResNet-50"]
     assert gpu_time.replicate_seconds(320, size, 1) == 0.0
-    assert gpu_time.replicate_seconds(320, size, 2) == pytest.approx(8.098e-3, rel=0.1)
-    assert gpu_time.replicate_seconds(320, size, 8) > 3 * gpu_time.replicate_seconds(320, size, 2)
+    for model, tensors in (("ResNet-50", 320), ("GPT-2 small", 148)):
+        row = next(r for r in DATA["replicate"] if r["model"] == model)
+        for devices, measured in ((1, row["one_s"]), (2, row["two_s"])):
+            call = gpu_time.replicate_call_seconds(tensors, fit.TENSOR_BYTES[model], devices)
+            assert call == pytest.approx(measured, rel=0.15), (model, devices)
+    # on separate GPUs the host's work grows with the devices, the copies run side by side
+    assert 2 < gpu_time.replicate_seconds(320, size, 8) / gpu_time.replicate_seconds(320, size, 2)

@@ -172,7 +172,7 @@ def test_launch_ddp_and_replicate_predictions(dry):
     one = _row(report, "replicate", "small CNN: replicate(module, [0])")
     two = _row(report, "replicate", "small CNN: replicate(module, [0, 0])")
     assert two["predicted"] == pytest.approx(
-        gpu_time.replicate_seconds(len(tensors), nbytes, 2) * 1e3)
+        gpu_time.replicate_call_seconds(len(tensors), nbytes, 2) * 1e3)
     # one device: replicate()'s own cost, the fixed part and one device's copies
     assert one["predicted"] == pytest.approx(1e3 * (
         gpu_time.REPLICATE_S + len(tensors) * gpu_time.REPLICATE_TENSOR_S

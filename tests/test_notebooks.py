@@ -72,3 +72,38 @@ def test_strict_nbval_fails_on_a_wrong_number(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, timeout=240)
     assert result.returncode == 1, result.stdout[-2000:]
     assert "2.626 GB" in result.stdout and "2.625 GB" in result.stdout
+
+
+CHECKED = [p for p in NOTEBOOKS if any("course-check" in c["metadata"].get("tags", [])
+                                        for c in load(p)["cells"])]
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: p.name)
+def test_the_course_checks_itself_in_collapsed_silent_cells_out_of_the_slides(path):
+    """A cell tagged course-check holds the course's own assertions: its input collapsed in
+    JupyterLab (jupyter.source_hidden) and on the website (hide-input), no slide, no output."""
+    for cell in load(path)["cells"]:
+        if "course-check" not in cell["metadata"].get("tags", []):
+            continue
+        source = "".join(cell["source"])
+        assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, source[:80]
+        assert "hide-input" in cell["metadata"]["tags"], source[:80]
+        assert cell["metadata"]["slideshow"]["slide_type"] == "skip", source[:80]
+        assert cell["outputs"] == [] and "assert" in source, source[:80]
+
+
+# The student's first lessons read without the course's self-checks in the way: at most one
+# visible code line in ten is an assert (02 is counted with its own edits; 03's asserts are
+# its proof's steps, shown on purpose).
+FIRST_LESSONS = ["00_start_here", "01_what_dataparallel_moves", "04_gpu0_memory", "05_explorer"]
+
+
+@pytest.mark.parametrize("name", FIRST_LESSONS)
+def test_few_visible_asserts_in_the_first_lessons(name):
+    lines = [line.strip() for cell in load(ROOT / "notebooks" / f"{name}.ipynb")["cells"]
+             if cell["cell_type"] == "code"
+             and "course-check" not in cell["metadata"].get("tags", [])
+             for line in "".join(cell["source"]).splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    asserts = [line for line in lines if line.startswith("assert")]
+    assert len(asserts) * 10 <= len(lines), asserts

@@ -7,7 +7,9 @@ three pages checks that the figures loaded, the math rendered and a folded answe
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,49 @@ def test_three_pages_show_figures_math_and_folded_answers_in_a_browser_offline(s
             answer.locator("summary").click()
             assert answer.evaluate("e => e.open") and body.is_visible()
     assert blocked == [], f"the site asked the network for {blocked}"
+
+
+def _accepts(spec: str, version: tuple[int, int, int]) -> bool:
+    """Whether npm's ``engines.node`` range ``spec`` accepts ``version``: the forms the locks
+    use (">=X", "^X", "X.*", alternatives joined by "||")."""
+    def parse(text):
+        parts = [int(p) for p in text.replace(".*", "").split(".") if p]
+        return tuple(parts + [0] * (3 - len(parts)))
+
+    for alternative in spec.split("||"):
+        text = alternative.strip().replace(">= ", ">=")
+        if text.startswith(">="):
+            ok = version >= parse(text[2:])
+        elif text.startswith("^"):
+            low = parse(text[1:])
+            ok = version >= low and version[0] == low[0]
+        elif text.endswith(".*"):
+            ok = version[0] == parse(text)[0]
+        else:
+            raise ValueError(f"engines.node {spec!r}: a form this test does not read")
+        if ok:
+            return True
+    return False
+
+
+def test_every_pinned_npm_package_accepts_the_node_that_ci_and_this_machine_run():
+    """npm warns (EBADENGINE) when a package's engines.node rejects the Node that runs it: CI's
+    setup-node major (its newest release) and, where Node is installed, this machine's."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    majors = [step["with"]["node-version"] for job in workflow["jobs"].values()
+              for step in job["steps"] if "setup-node" in step.get("uses", "")]
+    assert majors, "CI installs no Node"
+    versions = {f"CI's Node {m}": (int(m), 99, 0) for m in majors}
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True) \
+        if shutil.which("node") else None
+    if node and node.returncode == 0:
+        versions["this machine's " + node.stdout.strip()] = tuple(
+            int(p) for p in node.stdout.strip().lstrip("v").split("."))
+    assert not _accepts(">=22", (20, 99, 0)) and _accepts("^20.19.0 || >=23", (20, 20, 2))
+    for lock in ("site_explorer/package-lock.json", "slides/package-lock.json"):
+        packages = json.loads((ROOT / lock).read_text())["packages"]
+        for name, package in packages.items():
+            spec = (package.get("engines") or {}).get("node") \
+                if isinstance(package.get("engines"), dict) else None
+            for which, version in versions.items() if spec else ():
+                assert _accepts(spec, version), f"{lock}: {name} needs node {spec}; {which}"

@@ -301,3 +301,37 @@ def test_nothing_came_from_the_network_and_the_console_stayed_clean(browser_page
     # The page's Python came from the site: CPython on WebAssembly, not a kernel.
     assert page.evaluate("window.dpcostExplorer.python").startswith("3.")
     assert len(page.evaluate("window.dpcostExplorer.updates")) >= len(CASES)
+
+
+def test_the_opening_case_shows_at_once_from_the_build_marked_until_python_answers(
+        browser_page):
+    """Opened bare, the page draws the opening case that book/build.py computed (CPython) before
+    Pyodide has loaded: the readout and the three figures, the controls disabled, the page
+    marked as precomputed; once Python answers here, the same case is live."""
+    page, _, problems, _ = browser_page
+    base = page.url.split("/explorer/")[0]
+    bare = page.context.new_page()
+    try:
+        bare.goto(f"{base}/explorer/index.html", wait_until="domcontentloaded")
+        bare.wait_for_function("() => window.dpcostExplorer.precomputedMs !== undefined"
+                               " || document.body.dataset.state !== 'loading'")
+        if bare.evaluate("document.body.dataset.state") == "loading":  # drawn before Python
+            assert bare.evaluate("document.body.dataset.shown") == "precomputed"
+            assert "computed when this site was built" in bare.locator("#status").inner_text()
+            assert bare.locator("#status").is_visible()
+            assert bare.locator("#control-gpus").is_disabled()
+        assert bare.evaluate("window.dpcostExplorer.precomputedMs") is not None
+        early = _shown(bare)
+        assert bare.locator("#figures svg").count() == 3
+        _wait_ready(bare)
+        assert bare.evaluate("document.body.dataset.shown") == "live"
+        assert bare.locator("#control-gpus").is_enabled() and bare.locator("#status").is_hidden()
+        live = _shown(bare)
+        expected = _expected(live["form"])
+        assert early.pop("form") == live.pop("form") == {
+            k: str(v) for k, v in X.explore({})["settings"].items()}
+        assert _text(early) == _text(live) == _text(expected)
+        assert _numbers_apart(early, expected, False) == []
+    finally:
+        bare.close()
+    assert problems == []

@@ -20,8 +20,8 @@ PYTHONPATH on its import path, so a ``dpcost/`` folder beside the notebook is no
    import cell gives the student (``train_dp``, ``make_model``, ...);
 3. prints the report, then ``score: X`` last: ``--points`` times the fraction of tests passed,
    rounded to 2 decimals - the partial credit the grade cell hands to nbgrader - where the
-   tests of a function that fails its literal check count as failed (:data:`LITERAL`: one exact value on an input no
-   worked example uses, so a function returning 0 collects nothing).
+   tests of a function that fails its literal check count as failed (:data:`LITERAL`: one exact
+   value on an input no worked example uses, so a function returning 0 collects nothing).
 
 ``python -m dpcost.grading.autograde`` (the instructor's command) runs this for each grade
 cell of each submission, from outside the student's kernel.

@@ -154,7 +154,7 @@ def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: flo
     ax.set_title(f"alpha-beta model, illustrative: S = {size_bytes / 1e6:g} MB, "
                  f"beta = {bandwidth_bytes_per_s / 1e9:g} GB/s, "
                  f"alpha = {latency_s * 1e6:g} us")
-    ax.legend(loc="upper left", fontsize=11)
+    ax.legend(loc="upper left", fontsize=12)
     fig.tight_layout()
     return fig, {"gpus": gpus, "buckets": buckets, "chunks": chunks, "ring_latency_s": lat,
                  "ring_bandwidth_s": bw, "ring_total_s": total, "star_total_s": star,

@@ -49,7 +49,7 @@ def modelled_timeline(steps: dict, title: str):
         Patch(color="#7f8c8d", label="compute (forward, backward, loss, optimizer)"),
         Patch(color=style.DP_COLOR, label="DataParallel communication"),
         Patch(color=style.DDP_COLOR, label="DDP all-reduce, one bar per bucket")],
-        loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=11)
+        loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=12)
     longest = max((s.total_s for s in steps.values()), default=0) * 1e3
     ax.set_xlim(0, longest * 1.45 if longest > 0 else 1)
     fig.tight_layout()

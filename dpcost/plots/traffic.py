@@ -94,7 +94,7 @@ def two_paths_per_gpu(param_bytes: float, num_gpus: int, buffer_bytes: float = 0
     ax.set_xlabel("GPU (GPU0 = device_ids[0], DataParallel's root)")
     ax.set_ylabel("busy bytes on the GPU's link (GB)")
     ax.set_title(f"Parameters out + gradients in, P = {param_bytes / 1e9:g} GB, n = {n}: "
-                 "sum over phases of max(sent, received)")
+                 "busy bytes per GPU's link")
     ax.legend(loc="upper right")
     fig.tight_layout()
     return fig, data
