@@ -35,7 +35,7 @@ from dpcost.buckets import (
     ddp_bucket_caps,
     ddp_bucket_sizes,
 )
-from dpcost.core import ddp_communication_volume
+from dpcost.core import check_choice, ddp_communication_volume
 from dpcost.dataparallel_traffic import (
     ddp_step_transfers,
     dp_messages,
@@ -463,7 +463,18 @@ def _ddp(setting: Setting, P, B, G, buckets, per_rank) -> dict:
 
 
 def evaluate(setting: Setting, keys=None) -> Result:
-    """Every strategy's bytes, step and memory for ``setting`` (only ``keys`` when given)."""
+    """Every strategy's bytes, step and memory for ``setting`` (only ``keys`` when given).
+
+    ``Setting`` checks its knobs when it is built; here only the arguments' kinds."""
+    if not isinstance(setting, Setting):
+        raise TypeError(f"setting must be a dpcost.setting.Setting, got "
+                        f"{type(setting).__name__}")
+    if keys is not None:
+        if isinstance(keys, str) or not isinstance(keys, (list, tuple, set, frozenset)):
+            raise TypeError(f"keys must be a list, tuple or set of strategy keys, got "
+                            f"{type(keys).__name__}")
+        for key in keys:
+            check_choice(key, "keys", tuple(entry.key for entry in STRATEGIES))
     m, n, b = setting.model, setting.gpus, setting.batch
     P, G = m.parameter_bytes, m.gradient_bytes
     B = float(sum(m.buffer_bytes))

@@ -26,12 +26,19 @@ from dataclasses import replace
 from functools import lru_cache
 
 from dpcost import defaults
-from dpcost.core import check_int, check_num_gpus, ddp_communication_volume
+from dpcost.core import (
+    _show,
+    check_choice,
+    check_int,
+    check_num_gpus,
+    check_real,
+    ddp_communication_volume,
+)
 from dpcost.evaluate import CANNOT_SPAN, busiest_bytes_curve, evaluate, peak_flops
 from dpcost.memory import ATTENTIONS, COMPONENTS, TRAINING_PRECISIONS, total_bytes
 from dpcost.presets import GPUS, INTERCONNECTS, MODELS, ModelPreset, custom_model
 from dpcost.registry import BY_KEY
-from dpcost.setting import ModelFacts, Setting, facts_from_preset
+from dpcost.setting import MAX_GPUS, MAX_OUTPUTS, ModelFacts, Setting, facts_from_preset
 from dpcost.step_time import communication_hidden
 from dpcost.units import format_bytes, format_seconds, parse_size
 
@@ -54,7 +61,6 @@ STRATEGY_NAMES = {"dp_gpu0": "DP GPU0",
                   **{k: BY_KEY[k].label for k in ("ddp", "zero1", "zero2", "zero3", "hsdp")}}
 VIEWED = ("dp_copy", "dp_nccl", "ddp", "zero1", "zero2", "zero3", "hsdp")
 MAX_BATCH_SIZE = 2**20  # the global batch control's bounds: 1 .. MAX_BATCH_SIZE samples
-MAX_OUTPUTS = 10**10  # output elements per sample: 1 .. MAX_OUTPUTS
 DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": defaults.PRECISION,
             "attention": defaults.ATTENTION, "gpus": defaults.GPUS,
             "gpus_per_node": defaults.GPUS_PER_NODE,
@@ -88,21 +94,31 @@ def parse_parameter_count(text: str) -> int:
 def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
                 gpu, utilisation: float, optimizer: str, batch_size: int,
                 attention: str = defaults.ATTENTION) -> Setting:
-    """The ``dpcost.setting.Setting`` the controls describe, their values checked."""
-    if precision not in PRECISION_CHOICES:
-        raise ValueError(f"precision must be one of {list(PRECISION_CHOICES)}, got {precision!r}")
-    if attention not in ATTENTIONS:
-        raise ValueError(f"attention must be one of {list(ATTENTIONS)}, got {attention!r}")
+    """The ``dpcost.setting.Setting`` the controls describe, their values checked: at most
+    ``MAX_GPUS`` GPUs (65,536, as ``dpcost.plan``) and ``MAX_BATCH_SIZE`` samples, so that
+    every figure is finite and comes in well under a second; errors name the parameter."""
+    check_choice(precision, "precision", PRECISION_CHOICES)
+    check_choice(attention, "attention", ATTENTIONS)
     n = check_num_gpus(num_gpus)
     if n < 1:
         raise ValueError(f"num_gpus must be >= 1, got {n}")
+    if n > MAX_GPUS:
+        raise ValueError(f"num_gpus must be <= {MAX_GPUS:,}, got {_show(n)}")
     g = check_int(gpus_per_node, "gpus_per_node", 1)
+    if g > MAX_GPUS:
+        raise ValueError(f"gpus_per_node must be <= {MAX_GPUS:,}, got {_show(g)}")
     if n > g and n % g:
         raise ValueError(f"num_gpus ({n}) must be a multiple of gpus_per_node ({g}) beyond "
                          "one node")
     b = check_int(batch_size, "batch_size", 1)
-    if not 0 < utilisation <= 1:
+    if b > MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be <= {MAX_BATCH_SIZE:,}, got {_show(b)}")
+    utilisation = check_real(utilisation, "utilisation", 0.0, strict=True)
+    if utilisation > 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    if not isinstance(model, (ModelFacts, ModelPreset)):
+        raise TypeError(f"model must be a ModelPreset or ModelFacts, got "
+                        f"{type(model).__name__}")
     facts = model if isinstance(model, ModelFacts) else facts_from_preset(model, precision,
                                                                              attention)
     return Setting(facts, gpus=n, gpus_per_node=g,
@@ -391,7 +407,7 @@ def parse_whole_number(value, name: str, maximum: int) -> int:
         text = int(text)
     number = check_int(text, name, 1)
     if number > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {number}")
+        raise ValueError(f"{name} must be <= {maximum}, got {_show(number)}")
     return number
 
 
@@ -406,8 +422,7 @@ def _choice(value, name: str, choices: list):
                     return choice
             except ValueError:
                 pass
-    shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:37] + "...")
-    raise ValueError(f"{name} must be one of {[str(c) for c in choices]}, got {shown}")
+    raise ValueError(f"{name} must be one of {[str(c) for c in choices]}, got {_show(value)}")
 
 
 def _utilisation(value) -> float:
@@ -428,8 +443,8 @@ def settings_to_hash(settings: dict) -> str:
     base = {**DEFAULTS, **_defaults_for(settings.get("model", DEFAULTS["model"]))}
     parts = []
     for name in CONTROL_LABELS:
-        if name in settings and str(settings[name]) != str(base[name]):
-            parts.append(f"{name}={quote(str(settings[name]), safe='')}")
+        if name in settings and _text(settings[name]) != str(base[name]):
+            parts.append(f"{name}={quote(_text(settings[name]), safe='')}")
     return "&".join(parts)
 
 
@@ -447,14 +462,22 @@ def settings_from_hash(fragment: str) -> dict:
 
 
 def _plain(value):
-    """NaN -> None, recursively, so that JSON (which has no NaN) carries the data."""
-    if isinstance(value, float) and math.isnan(value):
+    """NaN and infinities -> None, recursively, so that JSON (which has neither) carries the
+    data (a field typed as inf comes back empty)."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def _text(value) -> str:
+    """A text field's value as text; an integer too long for ``str`` is described instead."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return _show(value)
+    return str(value)
 
 
 def explore(settings: dict | None = None) -> dict:
@@ -470,9 +493,13 @@ def explore(settings: dict | None = None) -> dict:
     and "memory" (bytes per GPU: "parts" per strategy and component, "totals" with fits,
     "capacity_bytes"). The page draws these and computes nothing.
     """
+    if settings is not None and not isinstance(settings, dict):
+        raise TypeError(f"settings must be a dict of control name -> value, got "
+                        f"{type(settings).__name__}")
     raw = dict(settings or {})
     model_name = raw.get("model", DEFAULTS["model"])
-    base = {**DEFAULTS, **_defaults_for(model_name if model_name in MODELS else CUSTOM)}
+    known = isinstance(model_name, str) and model_name in MODELS
+    base = {**DEFAULTS, **_defaults_for(model_name if known else CUSTOM)}
     raw = {name: raw.get(name, base[name]) for name in CONTROL_LABELS}
     errors, checked = {}, {}
     choices = {name: [value for _, value in opts] for name, opts in controls()["options"].items()
@@ -491,7 +518,7 @@ def explore(settings: dict | None = None) -> dict:
             checked[name] = parse_whole_number(raw[name], name, maximum)
         except (TypeError, ValueError) as error:
             errors[name] = str(error)
-    checked["custom"] = str(raw["custom"])
+    checked["custom"] = _text(raw["custom"])
     model = None
     if "outputs" not in errors and "model" not in errors:
         try:
@@ -501,7 +528,7 @@ def explore(settings: dict | None = None) -> dict:
     out = {"ok": False, "errors": errors, "settings": checked,
            "hash": settings_to_hash(checked)}
     if errors:
-        return out
+        return _plain(out)
     intra, inter = INTERCONNECTS[checked["intra_link"]], INTERCONNECTS[checked["inter_link"]]
     gpu, precision = GPUS[checked["gpu"]], checked["precision"]
     try:
@@ -510,7 +537,7 @@ def explore(settings: dict | None = None) -> dict:
                      checked["attention"])
     except (TypeError, ValueError) as error:  # e.g. n not a multiple of the node's GPUs
         out["errors"] = {"gpus": str(error)}
-        return out
+        return _plain(out)
     out.update(ok=True, readout=readout(s, precision, intra, inter, gpu),
                sources=sources(model, gpu, precision, intra, inter),
                volume=_volume_data(s), steps=_step_data(s), memory=_memory_data(s))

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from dpcost import defaults
+from dpcost.core import _show, check_choice, check_int, check_real
 from dpcost.dataparallel_traffic import (
     resnet50_counts,
     resnet50_parameter_bytes,
     resnet50_ready_order_bytes,
 )
 from dpcost.gpu_time import CONV_FLOPS_SHARE
-from dpcost.memory import PRECISION_MODES, activation_bytes_per_sample
+from dpcost.memory import ATTENTIONS, OPTIMIZERS, PRECISION_MODES, activation_bytes_per_sample
 from dpcost.presets import (
     GPUS,
     INTERCONNECTS,
@@ -33,7 +34,42 @@ from dpcost.presets import (
 )
 from dpcost.step_time import resnet50_training_flops, transformer_training_flops
 
-__all__ = ["ModelFacts", "Setting", "preset_facts", "facts_from_preset"]
+__all__ = ["ModelFacts", "Setting", "preset_facts", "facts_from_preset", "MAX_GPUS",
+           "MAX_BATCH", "MAX_BUCKETS", "MAX_COMPUTE_S", "MAX_OUTPUTS", "MAX_ELEMENTS"]
+
+# The bounds a Setting checks at construction, so that every figure of ``evaluate`` is a finite
+# float reached in well under a second. GPUs: 4 x the 16,384 H100s of the largest published
+# training run (Llama 3, Dubey et al. 2024, Sec. 3.3.1), as ``dpcost.plan`` bounds them.
+MAX_GPUS = 65_536
+MAX_BATCH = 2**53  # global samples: every count below it is exact in a float
+# DDP buckets of a model known only by its parameter count (the explorer's custom model):
+# the time model walks every bucket, so 1e12 fp32 parameters at the default 25 MiB cap
+# (152,588 buckets) fit, and a cap of a few bytes (billions of buckets) is refused.
+MAX_BUCKETS = 2**18
+MAX_COMPUTE_S = 3600.0  # a measured forward + backward: an hour (plan's --step-ms bound)
+MAX_OUTPUTS = 10**10  # output elements per sample (the explorer's bound)
+MAX_ELEMENTS = 2**63 - 1  # a model's counts (parameters, outputs, ops): torch's int64 sizes
+_MIB = 2**20
+
+
+def _check_count(value, name: str, minimum: int, maximum: int) -> int:
+    """``value`` as an int in [minimum, maximum], or an error naming ``name``."""
+    number = check_int(value, name, minimum)
+    if number > maximum:
+        raise ValueError(f"{name} must be <= {maximum:,}, got {_show(number)}")
+    return number
+
+
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} "
+                        f"{_show(value)}")
+
+
+def _check_type(value, name: str, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__} "
+                        f"{_show(value)}")
 
 
 @dataclass(frozen=True)
@@ -76,6 +112,21 @@ class ModelFacts:
     buffers: int | None = None  # buffer tensors; None: one per entry of buffer_bytes
     source: str = ""
     notes: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        """Refuse facts no model has, each error naming the field (the figures' types are
+        kept: ``dpcost.plan`` and the presets give plain ints and floats)."""
+        check_choice(self.precision, "precision", tuple(PRECISION_MODES))
+        check_choice(self.attention, "attention", ATTENTIONS)
+        _check_count(self.batch, "batch", 1, MAX_BATCH)
+        for name in ("parameters", "frozen_elements", "output_elements", "tokens_per_sample",
+                     "ops", "forward_ops", "convolutions"):
+            _check_count(getattr(self, name), name, 0, MAX_ELEMENTS)
+        for name in ("frozen_bytes", "forward_flops", "backward_flops", "activation_bytes",
+                     "input_bytes", "output_bytes"):
+            check_real(getattr(self, name), name, 0.0)
+        if check_real(self.conv_flops_share, "conv_flops_share", 0.0) > 1:
+            raise ValueError(f"conv_flops_share must be <= 1, got {self.conv_flops_share!r}")
 
     @property
     def parameter_bytes(self) -> float:
@@ -132,6 +183,51 @@ class Setting:
     # None: modelled from FLOPs, bytes and ops (dpcost.gpu_time)
     compute_s: float | None = None
     peer_to_peer: bool = True  # False: NCCL stages through host memory (PCIe boards without P2P)
+
+    def __post_init__(self):
+        """Check every knob at construction, each error in one line naming the field; counts
+        become plain ints (numpy integers too), the utilisation a float."""
+        _check_type(self.model, "model", ModelFacts)
+        n = _check_count(self.gpus, "gpus", 1, MAX_GPUS)
+        g = _check_count(self.gpus_per_node, "gpus_per_node", 1, MAX_GPUS)
+        if n > g and n % g:
+            raise ValueError(f"gpus ({n}) must be a multiple of gpus_per_node ({g}) beyond "
+                             "one node")
+        object.__setattr__(self, "gpus", n)
+        object.__setattr__(self, "gpus_per_node", g)
+        object.__setattr__(self, "batch", _check_count(self.batch, "batch", 1, MAX_BATCH))
+        _check_type(self.gpu, "gpu", GPUPreset)
+        _check_type(self.intra_link, "intra_link", InterconnectPreset)
+        _check_type(self.inter_link, "inter_link", InterconnectPreset)
+        check_choice(self.optimizer, "optimizer", OPTIMIZERS)
+        utilisation = check_real(self.utilisation, "utilisation", 0.0, strict=True)
+        if utilisation > 1:
+            raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+        object.__setattr__(self, "utilisation", utilisation)
+        for name in ("find_unused_parameters", "gradient_as_bucket_view", "peer_to_peer"):
+            _check_flag(getattr(self, name), name)
+        if self.compute_s is not None:
+            seconds = check_real(self.compute_s, "compute_s", 0.0, strict=True)
+            if seconds > MAX_COMPUTE_S:
+                raise ValueError(f"compute_s must be <= {MAX_COMPUTE_S:g} s, got {seconds!r}")
+        self._check_buckets()
+
+    def _check_buckets(self):
+        """bucket_cap_mb in (0, 2**20) MiB, at least a byte; and a model known only by its
+        count cut into at most MAX_BUCKETS buckets (a tensor list gives one per tensor at
+        most)."""
+        if self.bucket_cap_mb is None:
+            cap, name = defaults.BUCKET_CAP_MB * _MIB, "model.parameters"
+        else:
+            mb = check_real(self.bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True)
+            if mb >= _MIB or int(mb * _MIB) < 1:
+                raise ValueError(f"bucket_cap_mb must be at least 2**-20 MiB (one byte) and "
+                                 f"below 2**20 MiB, got {self.bucket_cap_mb!r}")
+            cap, name = int(mb * _MIB), "bucket_cap_mb"
+        if self.model.tensor_bytes is None and self.model.gradient_bytes / cap > MAX_BUCKETS:
+            raise ValueError(f"{name}: {self.model.gradient_bytes:.3g} gradient bytes in "
+                             f"buckets of {cap:,} B would make more than {MAX_BUCKETS:,} "
+                             "buckets")
 
     @property
     def precision(self) -> str:
@@ -252,7 +348,11 @@ def preset_facts(name: str, precision: str = defaults.PRECISION,
     count of output elements per sample."""
     from dataclasses import replace
 
+    check_choice(name, "name", MODELS)
+    check_choice(precision, "precision", tuple(PRECISION_MODES))
+    check_choice(attention, "attention", ATTENTIONS)
     model = MODELS[name]
     if outputs is not None:
+        outputs = _check_count(outputs, "outputs", 1, MAX_OUTPUTS)
         model = replace(model, output_elements_per_sample=outputs)
     return facts_from_preset(model, precision, attention)

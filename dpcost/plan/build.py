@@ -21,9 +21,8 @@ from dpcost.presets import MODELS
 __all__ = ["PlanError", "BuiltModule", "build_module", "example_input", "parse_input_shape",
            "mem_available_bytes", "time_limit", "MAX_GPUS", "MAX_SIZE", "MAX_ELEMENTS"]
 
-# 4 x the 16,384 H100s of the largest published training run (Llama 3, Dubey et al. 2024,
-# Sec. 3.3.1): the plan lists a few figures per GPU, so it stays cheap up to here.
-MAX_GPUS = 65_536
+from dpcost.setting import MAX_GPUS  # noqa: E402 (the evaluator's bound, one definition)
+
 # One dimension of an input, and all of its elements: torch indexes sizes with int64, and a
 # per-GPU batch of 2**40 elements (4 TB in fp32) is far beyond any GPU.
 MAX_SIZE = 2**31 - 1
