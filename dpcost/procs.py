@@ -34,8 +34,34 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux's default 32768)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1 (the kernel picks it)."""
+    """A TCP port free a moment ago on 127.0.0.1, chosen below the kernel's ephemeral range.
+
+    A port the kernel picks (bind to 0) is ephemeral: between this probe and the rendezvous
+    store's bind, any outgoing connection on the machine (gloo opens many) may be given it, and
+    the store fails with EADDRINUSE. Ports below the range are never handed out that way; a
+    random one, checked free, makes two launchers' choices collide rarely."""
+    import random
+
+    low = _ephemeral_low()
+    if low > 12_000:
+        for _ in range(64):
+            port = random.randrange(10_000, low)
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
