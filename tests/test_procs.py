@@ -177,3 +177,15 @@ def test_run_cli_blames_stdout_only_for_a_failed_write_to_it(capsys):
     assert run_cli("prog", writes_to_a_full_disk) == 1
     assert capsys.readouterr().err == ("prog: error: could not write to stdout: "
                                        "No space left on device\n")
+
+
+def test_free_port_is_outside_the_range_the_kernel_gives_connections():
+    """An ephemeral port can be handed to any outgoing connection between the probe and the
+    store's bind (lesson 07 once failed so with EADDRINUSE); a port below the range cannot."""
+    from dpcost.procs import free_port
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 < p < low for p in ports)
+    assert len(ports) > 1  # random: two launchers seldom pick the same one
