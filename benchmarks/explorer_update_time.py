@@ -32,6 +32,7 @@ from dpcost.explorer import (
     PRECISION_CHOICES,
     Explorer,
 )
+from dpcost.explorer_model import controls
 from dpcost.memory import ATTENTIONS
 from dpcost.presets import GPUS, MODELS
 
@@ -44,7 +45,7 @@ VALUES = {
     "intra_link": list(INTRA_NODE_LINKS),
     "inter_link": list(INTER_NODE_LINKS),
     "gpu": list(GPUS),
-    "utilisation": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
+    "bucket_cap_mb": [value for _, value in controls()["options"]["bucket_cap_mb"]],
     "optimizer": [value for _, value in OPTIMIZERS],
     "batch_size": [1, 8, 32, 64, 256, 1024],
     "outputs": [1000, 10_000, 512 * 30_522, 1024 * 50_257],

@@ -3,18 +3,25 @@
 Controls (ipywidgets): model preset or custom parameter count; precision mode (fp32, mixed,
 bf16: ``dpcost.memory``); attention (eager or sdpa); GPUs n (1 to 1024, powers of two); GPUs
 per node g (8 by default); the link inside a node and the link between nodes; the GPU (A100,
-H100: peak FLOP/s and memory from ``dpcost.presets.GPUS``); the utilisation of its peak; the
-optimizer; the global batch b and the output elements per sample. Views, updated on every change:
+H100: peak FLOP/s and memory from ``dpcost.presets.GPUS``); DDP's bucket cap (MiB; 25, torch's
+default, leaves DDP its own caps: a first bucket of 1 MiB, then 25 MiB); the optimizer; the global
+batch b and the output elements per sample. Views, updated on every change:
 
 1. bytes per step on the busiest link against n: DataParallel's GPU0 on its copy path (a star)
    and on its NCCL path (pipelined chains), and a DDP rank's ring all-reduce, ``2(n-1)/n G``;
    DataParallel stops at one node;
 2. the step time at the chosen n, compute plus exposed communication: DP's serial sum on each
    path, DDP's backward overlapped with bucket all-reduces (beyond one node: the two-level
-   all-reduce beside the flat ring), and HSDP (sharded in a node, replicated across nodes);
+   all-reduce beside the flat ring), and HSDP (sharded in a node, replicated across nodes).
+   Compute is ``dpcost.gpu_time``'s (the later of the host's clock, launching kernels, and the
+   device's), communication at the rates NCCL achieves (``dpcost.nccl_achieved``); DDP's
+   backward carries its own host work (each bucket about 0.19 ms: small caps cost time, large
+   ones leave more of the last bucket's all-reduce exposed), DataParallel's step its host work
+   (``replicate`` and one interpreter launching every replica's forward);
 3. memory per GPU for DP's GPU0, DDP, ZeRO-1/2/3 and HSDP against the GPU's capacity, with a
    fits / does not fit verdict for each;
-4. a readout table with every number, which path it is for, and the verdict in words.
+4. a readout table with every number, which path it is for, a line saying which clock bounds
+   the compute, DDP's buckets and both sides' host work, and the verdict in words.
 Every number is ``dpcost.evaluate.evaluate``'s for the setting the controls describe.
 
 "your module" beside the presets: a spec (``package.module:callable``, imported and called:
@@ -70,6 +77,8 @@ from dpcost.explorer_model import (
     OPTIMIZERS,
     PRECISION_CHOICES,
     STRATEGY_NAMES,
+    bucket_cap_setting,
+    controls,
     model_for,
     parse_parameter_count,
     readout,
@@ -181,8 +190,10 @@ class Explorer:
             "inter_link": control(widgets.Dropdown, "link between nodes",
                                   options=list(INTER_NODE_LINKS), value=settings["inter_link"]),
             "gpu": control(widgets.Dropdown, "GPU", options=list(GPUS), value=settings["gpu"]),
-            "utilisation": control(widgets.FloatSlider, "utilisation", min=0.05, max=1.0,
-                                   step=0.05, value=settings["utilisation"], readout_format=".2f"),
+            "bucket_cap_mb": control(widgets.Dropdown, "DDP bucket cap (MiB)",
+                                     options=[tuple(o) for o in
+                                              controls()["options"]["bucket_cap_mb"]],
+                                     value=settings["bucket_cap_mb"]),
             "optimizer": control(widgets.Dropdown, "optimizer", options=OPTIMIZERS,
                                  value=settings["optimizer"]),
             "batch_size": control(widgets.BoundedIntText, "global batch", min=1, max=MAX_BATCH_SIZE,
@@ -211,7 +222,7 @@ class Explorer:
         self.update()
         columns = (("model", "custom", "precision", "attention", "gpus"),
                    ("gpus_per_node", "intra_link", "inter_link", "gpu"),
-                   ("utilisation", "optimizer", "batch_size", "outputs", "spec",
+                   ("bucket_cap_mb", "optimizer", "batch_size", "outputs", "spec",
                     "module_input"))
         self.widget = widgets.VBox([
             widgets.HBox([widgets.VBox([self.controls[k] for k in column]) for column in columns]),
@@ -262,7 +273,8 @@ class Explorer:
         try:
             model = self.model()
             s = scenario(model, c["precision"].value, c["gpus"].value, c["gpus_per_node"].value,
-                         intra, inter, gpu, c["utilisation"].value, c["optimizer"].value,
+                         intra, inter, gpu, bucket_cap_setting(c["bucket_cap_mb"].value),
+                         c["optimizer"].value,
                          c["batch_size"].value, c["attention"].value)
         except (TypeError, ValueError) as error:  # bad input: say so, keep the last figures
             self.error = str(error)
@@ -369,6 +381,7 @@ class Explorer:
                          for h in r["columns"])
         table = f'<table style="font-size:14px">{header}{"".join(rows)}</table>'
         line = (f"<b>{r['n']}</b> {html.escape(r['head'])}{table}"
+                f"{html.escape(r['time_line'])}<br>"
                 f"{html.escape(r['memory_line'])}<br><b>{html.escape(r['verdict'])}</b>")
         return f'<div class="dpcost-readout" style="font-size:15px;line-height:1.5">{line}</div>'
 

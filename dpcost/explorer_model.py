@@ -35,6 +35,7 @@ from dpcost.core import (
     ddp_communication_volume,
 )
 from dpcost.evaluate import CANNOT_SPAN, busiest_bytes_curve, evaluate, peak_flops
+from dpcost.gpu_time import DDP_BUCKET_S, ddp_host_seconds
 from dpcost.memory import ATTENTIONS, COMPONENTS, TRAINING_PRECISIONS, total_bytes
 from dpcost.presets import GPUS, INTERCONNECTS, MODELS, ModelPreset, custom_model
 from dpcost.registry import BY_KEY
@@ -65,8 +66,10 @@ DEFAULTS = {"model": "GPT-2 XL", "custom": "1.5e9", "precision": defaults.PRECIS
             "attention": defaults.ATTENTION, "gpus": defaults.GPUS,
             "gpus_per_node": defaults.GPUS_PER_NODE,
             "intra_link": defaults.INTRA_LINK[defaults.GPU], "inter_link": defaults.INTER_LINK,
-            "gpu": defaults.GPU, "utilisation": defaults.UTILISATION,
+            "gpu": defaults.GPU, "bucket_cap_mb": defaults.BUCKET_CAP_MB,
             "optimizer": defaults.OPTIMIZER}
+# DDP's bucket cap in MiB, as the control offers it; 25 is torch's _DEFAULT_BUCKET_CAP_MB.
+BUCKET_CAP_CHOICES = [1, 5, 10, defaults.BUCKET_CAP_MB, 50, 100, 250]
 
 
 def parse_parameter_count(text: str) -> int:
@@ -91,12 +94,22 @@ def parse_parameter_count(text: str) -> int:
     return int(round(value))
 
 
+def bucket_cap_setting(cap_mb):
+    """The bucket-cap control's value as ``Setting.bucket_cap_mb``: 25 MiB, torch's default,
+    is DDP left to its own caps (None: the first bucket 1 MiB, then 25 MiB, as when
+    ``bucket_cap_mb`` is not passed); any other value is ``DDP(bucket_cap_mb=...)``, every
+    bucket that cap (``dpcost.buckets.ddp_bucket_caps``)."""
+    return None if cap_mb is None or cap_mb == defaults.BUCKET_CAP_MB else cap_mb
+
+
 def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
-                gpu, utilisation: float, optimizer: str, batch_size: int,
+                gpu, bucket_cap_mb, optimizer: str, batch_size: int,
                 attention: str = defaults.ATTENTION) -> Setting:
     """The ``dpcost.setting.Setting`` the controls describe, their values checked: at most
     ``MAX_GPUS`` GPUs (65,536, as ``dpcost.plan``) and ``MAX_BATCH_SIZE`` samples, so that
-    every figure is finite and comes in well under a second; errors name the parameter."""
+    every figure is finite and comes in well under a second; errors name the parameter.
+    ``bucket_cap_mb`` is ``Setting``'s: None for DDP's own caps, else MiB for every bucket
+    (the control's value goes through ``bucket_cap_setting``)."""
     check_choice(precision, "precision", PRECISION_CHOICES)
     check_choice(attention, "attention", ATTENTIONS)
     n = check_num_gpus(num_gpus)
@@ -113,9 +126,8 @@ def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_
     b = check_int(batch_size, "batch_size", 1)
     if b > MAX_BATCH_SIZE:
         raise ValueError(f"batch_size must be <= {MAX_BATCH_SIZE:,}, got {_show(b)}")
-    utilisation = check_real(utilisation, "utilisation", 0.0, strict=True)
-    if utilisation > 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    if bucket_cap_mb is not None:
+        bucket_cap_mb = check_real(bucket_cap_mb, "bucket_cap_mb", 0.0, strict=True)
     if not isinstance(model, (ModelFacts, ModelPreset)):
         raise TypeError(f"model must be a ModelPreset or ModelFacts, got "
                         f"{type(model).__name__}")
@@ -123,7 +135,7 @@ def setting_for(model, precision: str, num_gpus: int, gpus_per_node: int, intra_
                                                                              attention)
     return Setting(facts, gpus=n, gpus_per_node=g,
                    batch=b, gpu=gpu, intra_link=intra_link, inter_link=inter_link,
-                   optimizer=optimizer, utilisation=utilisation)
+                   optimizer=optimizer, bucket_cap_mb=bucket_cap_mb)
 
 
 @lru_cache(maxsize=512)
@@ -134,22 +146,27 @@ def _curve(facts: ModelFacts, batch: int, gpus_per_node: int, key: str) -> tuple
 
 
 def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_link, inter_link,
-             gpu, utilisation: float, optimizer: str, batch_size: int,
+             gpu, bucket_cap_mb, optimizer: str, batch_size: int,
              attention: str = defaults.ATTENTION) -> dict:
     """Every number the explorer shows, for one setting of the controls: a view of
     ``dpcost.evaluate.evaluate``.
 
     ``model`` a ModelPreset, ``intra_link``/``inter_link`` InterconnectPresets (inside a node,
-    between nodes), ``gpu`` a GPUPreset. Returns a dict: bytes per step on the busiest link
+    between nodes), ``gpu`` a GPUPreset, ``bucket_cap_mb`` DDP's cap (``Setting``'s: None for
+    DDP's own caps; the control's value through ``bucket_cap_setting``). Returns a dict: bytes
+    per step on the busiest link
     (``dp`` per path, ``ddp``, ``hsdp`` inside and across nodes), the curves over CURVE_GPUS,
     the modelled steps (``steps``: row name -> dpcost.step_time.StepTime), whether DDP's
-    communication can hide under its backward (``hidden``), memory per GPU (``memory``:
-    strategy -> components) and the fit verdicts against the GPU's capacity (``fits``).
-    DataParallel's entries are None beyond one node (``dp_available`` False). ``result``: the
-    evaluator's Result behind it all.
+    communication can hide under its backward (``hidden``; DDP's backward with its own host
+    work, ``ddp_backward_s``), DDP's buckets (``ddp_buckets``, ``bucket_cap_mb``) and host work
+    (``ddp_host_s``), DataParallel's host work (``dp_host``: ``replicate`` and the one
+    interpreter that launches every replica's forward), memory per GPU (``memory``: strategy
+    -> components) and the fit verdicts against the GPU's capacity (``fits``). DataParallel's
+    entries are None beyond one node (``dp_available`` False). ``result``: the evaluator's
+    Result behind it all (``result.compute.bound``: the clock that sets one GPU's compute).
     """
     setting = setting_for(model, precision, num_gpus, gpus_per_node, intra_link, inter_link,
-                          gpu, utilisation, optimizer, batch_size, attention)
+                          gpu, bucket_cap_mb, optimizer, batch_size, attention)
     r = evaluate(setting, keys=VIEWED)
     n, g = setting.gpus, setting.gpus_per_node
     dp_available = r["dp_copy"].available
@@ -163,9 +180,22 @@ def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_lin
     if "flat ring" in ddp.alternatives:
         steps[DDP_FLAT] = ddp.alternatives["flat ring"]
     steps[HSDP] = r["hsdp"].step
-    hidden = {name: communication_hidden(r.backward_s, st.communication_s)
+    # DDP's backward carries its own host work (hooks, one launch per bucket): the buckets'
+    # all-reduces can hide under all of it
+    ddp_backward = _phase_s(ddp.step, "backward")
+    hidden = {name: communication_hidden(ddp_backward, st.communication_s)
               for name, st in steps.items() if name not in (DP_COPY, DP_NCCL, HSDP)}
     hidden[HSDP] = r["hsdp"].hidden
+    m = setting.model
+    ddp_host = ddp_host_seconds(len(m.tensor_bytes) if m.tensor_bytes is not None else 0,
+                                m.buffer_count, len(r.buckets))
+    dp_host = None
+    if dp_available and len(r.dp_split) > 1:  # replicate, then k replicas from one interpreter
+        st = r["dp_nccl"].step
+        forward = _phase_s(st, "forward")  # r.forward_s: one rank's, on the same ceil(b/n)
+        dp_host = {"replicate_s": _phase_s(st, "replicate (host)"), "replicas": len(r.dp_split),
+                   "interpreter_s": forward - r.forward_s
+                   if forward > r.forward_s * (1 + 1e-9) else 0.0}
     memory = {key: r[key].memory for key in STRATEGY_NAMES
               if key != "dp_gpu0" and r[key].available}
     if dp_available:
@@ -182,7 +212,8 @@ def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_lin
             "hsdp_bytes": {"intra": r["hsdp"].busiest_bytes if n > 1 else 0.0,
                            "inter": r["hsdp"].inter_node_bytes or 0.0},
             "ddp_per_rank_samples": r.ddp_samples_per_rank, "ddp_buckets": len(r.buckets),
-            "ddp_backward_s": r.backward_s, "hidden": hidden,
+            "bucket_cap_mb": setting.bucket_cap_mb, "ddp_host_s": ddp_host,
+            "ddp_backward_s": ddp_backward, "hidden": hidden, "dp_host": dp_host,
             "dp_split": list(r.dp_split) if dp_available else None,
             "dp_gpus_used": len(r.dp_split) if dp_available else 0,
             "dp_bytes": {"copy": r["dp_copy"].busiest_bytes, "nccl": r["dp_nccl"].busiest_bytes}
@@ -190,6 +221,11 @@ def scenario(model, precision: str, num_gpus: int, gpus_per_node: int, intra_lin
             "steps": steps, "ddp_name": ddp_name, "memory": memory,
             "fits": {key: (r["dp_copy"] if key == "dp_gpu0" else r[key]).fits for key in memory},
             "result": r}
+
+
+def _phase_s(step, name: str) -> float:
+    """Seconds of the phase ``name`` of a modelled step (0 when it has none)."""
+    return sum(i.end_s - i.start_s for i in step.intervals if i.name == name)
 
 
 def _samples(k: int) -> str:
@@ -265,12 +301,60 @@ def batch_line(s: dict) -> str:
     return f"{dp}. {ddp}."
 
 
+def bucket_cap_text(bucket_cap_mb) -> str:
+    """The cap in words: ``Setting.bucket_cap_mb`` None is DDP's default, 25 MiB after a first
+    bucket of 1 MiB."""
+    if bucket_cap_mb is None:
+        return f"{defaults.BUCKET_CAP_MB} MiB (DDP's default; its first bucket 1 MiB)"
+    return f"{bucket_cap_mb:g} MiB (bucket_cap_mb={bucket_cap_mb:g}: every bucket)"
+
+
+def time_line(s: dict) -> tuple[str, dict]:
+    """What sets the step time, in words and numbers: the clock that bounds one GPU's compute
+    (``dpcost.gpu_time``: the host launching kernels, or the device running them), DDP's
+    buckets and its own host work, and DataParallel's host work (``replicate`` and one
+    interpreter launching every replica's forward)."""
+    compute = s["result"].compute
+    bound = {"host": "host (launch-bound)", "device": "device"}.get(compute.bound, compute.bound)
+    per_rank = _samples(s["ddp_per_rank_samples"])
+    if compute.bound == "host":
+        clocks = (f"{format_seconds(compute.host_s)} of kernel launches against "
+                  f"{format_seconds(compute.device_s)} of GPU work")
+    else:
+        clocks = (f"{format_seconds(compute.device_s)} of GPU work against "
+                  f"{format_seconds(compute.host_s)} of kernel launches")
+    buckets = s["ddp_buckets"]
+    text = (f"Compute, one GPU on {per_rank} (dpcost.gpu_time): "
+            f"{format_seconds(compute.total_s)}, bound by the {bound}: {clocks}. "
+            f"DDP: bucket cap {bucket_cap_text(s['bucket_cap_mb'])}: {buckets} "
+            f"bucket{'s' if buckets != 1 else ''}, each about {DDP_BUCKET_S * 1e3:.2g} ms of "
+            f"host work; "
+            f"{format_seconds(s['ddp_host_s'])} of DDP's own host work in backward (hooks, "
+            f"buckets, buffers).")
+    values = {"bound": compute.bound, "compute_s": compute.total_s, "host_s": compute.host_s,
+              "device_s": compute.device_s, "bucket_cap_mb": s["bucket_cap_mb"],
+              "buckets": buckets, "ddp_host_s": s["ddp_host_s"]}
+    dp = s["dp_host"]
+    if dp is not None:
+        total = dp["replicate_s"] + dp["interpreter_s"]
+        launches = (f" and {format_seconds(dp['interpreter_s'])} more forward: its "
+                    f"{dp['replicas']} replicas' kernels launched through one interpreter"
+                    if dp["interpreter_s"] > 0 else
+                    f" (its {dp['replicas']} replicas' launches through one interpreter stay "
+                    "under the GPU's work)")
+        text += (f" DataParallel: {format_seconds(total)} of its step is host work, "
+                 f"replicate {format_seconds(dp['replicate_s'])} each step{launches}.")
+        values |= {"dp_replicate_s": dp["replicate_s"], "dp_interpreter_s": dp["interpreter_s"]}
+    return text, values
+
+
 def readout(s: dict, precision: str, intra_link, inter_link, gpu) -> dict:
     """The readout of scenario ``s`` as plain text and numbers, one table row per path.
 
     Returns {"n": "n = 8", "head": the sentence after it, "columns": READOUT_COLUMNS,
     "rows": [{"name", "cells": 4 texts, "values": the numbers behind them} or {"name",
-    "span": why there are none}], "memory": [{"key", "strategy", "bytes", "fits", "text"}],
+    "span": why there are none}], "time_line": what sets the time (``time_line``),
+    "time": its numbers, "memory": [{"key", "strategy", "bytes", "fits", "text"}],
     "memory_line", "verdict"}: bytes in B, times in s, as the widget and the page show them.
     """
     n, g = s["num_gpus"], s["gpus_per_node"]
@@ -301,7 +385,8 @@ def readout(s: dict, precision: str, intra_link, inter_link, gpu) -> dict:
             f"per rank {format_bytes(ddp_bytes, digits=3)}", format_seconds(st.total_s),
             format_seconds(st.exposed_communication_s),
             f"{'yes' if hidden else 'no'}: backward {format_seconds(s['ddp_backward_s'])}, "
-            f"{s['ddp_buckets']} all-reduces {format_seconds(st.communication_s)}"],
+            f"{s['ddp_buckets']} all-reduce{'s' if s['ddp_buckets'] != 1 else ''} "
+            f"{format_seconds(st.communication_s)}"],
             "values": {"busiest_bytes": ddp_bytes, "total_s": st.total_s,
                        "exposed_s": st.exposed_communication_s,
                        "communication_s": st.communication_s,
@@ -328,8 +413,9 @@ def readout(s: dict, precision: str, intra_link, inter_link, gpu) -> dict:
     fit_text = "; ".join(item["text"] for item in memory)
     if not s["dp_available"]:
         fit_text = f"DP GPU0: none ({CANNOT_SPAN}); " + fit_text
+    line, values = time_line(s)
     return {"n": f"n = {n}", "head": head, "columns": list(READOUT_COLUMNS), "rows": rows,
-            "memory": memory,
+            "time_line": line, "time": values, "memory": memory,
             "memory_line": f"Memory per GPU on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): "
                            f"{fit_text}.",
             "verdict": verdict(s)}
@@ -357,9 +443,8 @@ def sources(model, gpu, precision: str, intra_link, inter_link) -> list[list[str
 CONTROL_LABELS = {"model": "model", "custom": "custom parameters", "precision": "precision",
                   "attention": "attention", "gpus": "GPUs, n", "gpus_per_node": "GPUs per node",
                   "intra_link": "link in a node", "inter_link": "link between nodes",
-                  "gpu": "GPU", "utilisation": "utilisation", "optimizer": "optimizer",
+                  "gpu": "GPU", "bucket_cap_mb": "DDP bucket cap (MiB)", "optimizer": "optimizer",
                   "batch_size": "global batch", "outputs": "outputs / sample"}
-UTILISATION_CHOICES = [round(0.05 * k, 2) for k in range(1, 21)]  # the slider: 0.05 .. 1
 # The legends' names for the curves and the step view's parts.
 CURVE_NAMES = {"dp_copy": "DP copy path: GPU0 (star)", "dp_nccl": "DP NCCL path: GPU0 (chains)",
                "ddp": "DDP: per rank, 2(n-1)/n G"}
@@ -385,7 +470,8 @@ def controls() -> dict:
         "intra_link": [[x, x] for x in INTRA_NODE_LINKS],
         "inter_link": [[x, x] for x in INTER_NODE_LINKS],
         "gpu": [[x, x] for x in GPUS],
-        "utilisation": [[f"{u:.2f}", u] for u in UTILISATION_CHOICES],
+        "bucket_cap_mb": [[f"{c} (default)" if c == defaults.BUCKET_CAP_MB else str(c), c]
+                          for c in BUCKET_CAP_CHOICES],
         "optimizer": [[label, value] for label, value in OPTIMIZERS],
         "batch_size": None, "outputs": None}
     return {"order": list(CONTROL_LABELS), "labels": dict(CONTROL_LABELS), "options": options,
@@ -417,22 +503,12 @@ def _choice(value, name: str, choices: list):
         if value == choice or (isinstance(value, str) and value == str(choice)):
             return choice
         if isinstance(choice, (int, float)) and isinstance(value, str):
-            try:  # "1" and "1.0" both name the utilisation 1.0, as a page may write either
+            try:  # "25" and "25.0" both name the cap 25, as a page may write either
                 if float(value) == choice:
                     return choice
             except ValueError:
                 pass
     raise ValueError(f"{name} must be one of {[str(c) for c in choices]}, got {_show(value)}")
-
-
-def _utilisation(value) -> float:
-    try:
-        u = float(value)
-    except (TypeError, ValueError):
-        u = math.nan
-    if not 0 < u <= 1:  # NaN too
-        raise ValueError(f"utilisation must be a number in (0, 1], got {str(value)[:40]!r}")
-    return u
 
 
 def settings_to_hash(settings: dict) -> str:
@@ -510,8 +586,6 @@ def explore(settings: dict | None = None) -> dict:
         except ValueError as error:
             errors[name] = str(error)
             checked[name] = DEFAULTS.get(name, options[0])  # the form needs a valid choice
-    if "utilisation" not in errors:
-        checked["utilisation"] = _utilisation(checked["utilisation"])
     for name, maximum in (("batch_size", MAX_BATCH_SIZE), ("outputs", MAX_OUTPUTS)):
         checked[name] = raw[name]
         try:
@@ -533,15 +607,25 @@ def explore(settings: dict | None = None) -> dict:
     gpu, precision = GPUS[checked["gpu"]], checked["precision"]
     try:
         s = scenario(model, precision, checked["gpus"], checked["gpus_per_node"], intra, inter,
-                     gpu, checked["utilisation"], checked["optimizer"], checked["batch_size"],
-                     checked["attention"])
+                     gpu, bucket_cap_setting(checked["bucket_cap_mb"]), checked["optimizer"],
+                     checked["batch_size"], checked["attention"])
     except (TypeError, ValueError) as error:  # e.g. n not a multiple of the node's GPUs
-        out["errors"] = {"gpus": str(error)}
+        out["errors"] = {_control_named(str(error), checked["model"]): str(error)}
         return _plain(out)
     out.update(ok=True, readout=readout(s, precision, intra, inter, gpu),
                sources=sources(model, gpu, precision, intra, inter),
                volume=_volume_data(s), steps=_step_data(s), memory=_memory_data(s))
     return _plain(out)
+
+
+def _control_named(message: str, model: str) -> str:
+    """The control a setting's refusal is about: the bucket cap (too many buckets for the
+    model), the model's size at DDP's own caps, or else the GPUs (n against the node)."""
+    if message.startswith("bucket_cap_mb"):
+        return "bucket_cap_mb"
+    if message.startswith("model.parameters"):
+        return "custom" if model == CUSTOM else "model"
+    return "gpus"
 
 
 def _volume_data(s: dict) -> dict:

@@ -3,7 +3,7 @@
 Each view owns one matplotlib ``Figure`` (no pyplot: nothing is registered or shown twice) and
 keeps handles to its artists, so a control change only moves data (``set_data``,
 ``set_height``, ``set_ylim``) and renders one PNG. A view renders again only when what it draws
-changed: a utilisation change redraws the step view alone, an optimizer change the memory view
+changed: a bucket-cap change redraws the step view alone, an optimizer change the memory view
 alone. Units: bytes and seconds in, human units on the axes (decimal kB/MB/GB).
 """
 

@@ -267,10 +267,13 @@ function showReadout(r) {
     }
     table.append(tr);
   }
+  // which clock bounds the compute, DDP's buckets (the bucket cap's control) and host work
+  const time = element("p", r.time_line, { class: "time" });
+  time.dataset.values = JSON.stringify(r.time);
   const memory = element("p", r.memory_line, { class: "memory" });
   memory.dataset.values = JSON.stringify(r.memory);
   const verdict = element("p", r.verdict, { class: "verdict" });
-  readout.replaceChildren(head, table, memory, verdict);
+  readout.replaceChildren(head, table, time, memory, verdict);
 }
 
 function showSources(lines) {

@@ -14,16 +14,16 @@ from dpcost.presets import GPUS, INTERCONNECTS, MODELS
 from dpcost.setting import Setting, preset_facts
 
 # 36 settings across every control (model, precision, attention, n, GPUs per node, GPU,
-# optimizer, utilisation, batch) and so every strategy the two views show.
+# optimizer, DDP's bucket cap, batch) and so every strategy the two views show.
 MODEL_NAMES = ("ResNet-50", "GPT-2 small", "GPT-2 XL", "Llama-2 7B")
 CASES = [
-    (model, precision, attention, n, per_node, gpu, optimizer, utilisation, per_gpu)
-    for (model, precision, attention, optimizer), (n, per_node, gpu, utilisation, per_gpu) in zip(
+    (model, precision, attention, n, per_node, gpu, optimizer, cap, per_gpu)
+    for (model, precision, attention, optimizer), (n, per_node, gpu, cap, per_gpu) in zip(
         itertools.product(MODEL_NAMES, ("fp32", "mixed", "bf16"), ("sdpa", "eager"),
                           ("adam", "sgd", "sgd_momentum")),
-        itertools.cycle([(1, 8, "H100 SXM 80GB", 0.4, 4), (2, 8, "A100 SXM 80GB", 0.2, 1),
-                         (8, 8, "H100 SXM 80GB", 1.0, 2), (16, 8, "A100 SXM 80GB", 0.4, 1),
-                         (64, 4, "H100 SXM 80GB", 0.55, 8), (4, 4, "A100 SXM 80GB", 0.05, 3)]))
+        itertools.cycle([(1, 8, "H100 SXM 80GB", None, 4), (2, 8, "A100 SXM 80GB", 1, 1),
+                         (8, 8, "H100 SXM 80GB", 250, 2), (16, 8, "A100 SXM 80GB", None, 1),
+                         (64, 4, "H100 SXM 80GB", 5, 8), (4, 4, "A100 SXM 80GB", 100, 3)]))
 ][::2]
 assert len(CASES) == 36
 
@@ -34,12 +34,12 @@ def _link(gpu):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_the_explorer_and_the_plan_show_the_same_numbers(case):
-    model, precision, attention, n, per_node, gpu, optimizer, utilisation, per_gpu = case
+    model, precision, attention, n, per_node, gpu, optimizer, cap, per_gpu = case
     s = X.scenario(MODELS[model], precision, n, per_node, _link(gpu),
-                   INTERCONNECTS["InfiniBand NDR"], GPUS[gpu], utilisation, optimizer,
+                   INTERCONNECTS["InfiniBand NDR"], GPUS[gpu], cap, optimizer,
                    per_gpu * n, attention)
     p = plan(preset_facts(model, precision, attention), gpus=n, gpus_per_node=per_node,
-             gpu=gpu, precision=precision, batch=per_gpu, utilisation=utilisation,
+             gpu=gpu, precision=precision, batch=per_gpu, bucket_cap_mb=cap,
              optimizer={"sgd_momentum": "momentum"}.get(optimizer, optimizer))
     assert s["dp_available"] == p["dp_available"]
     if s["dp_available"] and n > 1:

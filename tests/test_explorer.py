@@ -207,9 +207,10 @@ def test_batch_smaller_than_n_uses_fewer_gpus_and_no_fractional_samples(explorer
         model, 8, 16, "adam", "mixed", attention="sdpa")["ddp_rank"]
 
 
-def _compute(name, samples, gpu, precision, **kw):
+def _compute(name, samples, gpu, precision, whole=False, **kw):
     """One GPU's forward and backward from dpcost.gpu_time's parts: 6 N per token (1024 per
-    GPT-2 sample), the preset's saved activations, ops estimated per layer (or counted)."""
+    GPT-2 sample), the preset's saved activations, ops estimated per layer (or counted); the
+    whole ComputeTime when ``whole``."""
     from dpcost.gpu_time import CONV_FLOPS_SHARE, COUNTED_OPS, compute_time, estimated_ops
     from dpcost.presets import TRANSFORMER_SHAPES
     from dpcost.setting import preset_facts
@@ -224,7 +225,7 @@ def _compute(name, samples, gpu, precision, **kw):
                      facts.activation_bytes * samples, ops, gpu, precision,
                      conv_share=CONV_FLOPS_SHARE.get(name, 0.0), convolutions=convolutions,
                      forward_ops=forward_ops, **kw)
-    return t.forward_s, t.backward_s
+    return t if whole else (t.forward_s, t.backward_s)
 
 
 def test_paths_are_labelled_and_bytes_come_from_the_two_path_model(explorer):
@@ -289,17 +290,105 @@ def test_step_time_and_exposed_communication_equal_the_models_functions(explorer
             f"{len(buckets)} all-reduces {format_seconds(ddp.communication_s)}") in text
 
 
-def test_communication_hidden_flips_with_utilisation_and_link(explorer):
-    # A slow GPU hides the all-reduces; a fast one over PCIe does not.
+def _ddp_bucket_count(model, cap_mb, precision="mixed"):
+    """DDP's rebuilt buckets for a preset at ``cap_mb`` (None: DDP's own caps), counted by
+    dpcost.evaluate.ddp_buckets (torch's compute_bucket_assignment_by_size) on its own Setting."""
+    from dpcost.evaluate import ddp_buckets
+    from dpcost.setting import Setting
+
+    setting = Setting(facts_from_preset(MODELS[model], precision, "sdpa"), gpus=8,
+                      bucket_cap_mb=cap_mb)
+    return len(ddp_buckets(setting)["rebuilt_bytes"])
+
+
+def test_the_bucket_cap_moves_ddps_step_as_the_host_cost_per_bucket_says(explorer):
+    """Issue 37: each bucket costs DDP about 0.19 ms of host work (measured on an H200), so a
+    1 MiB cap makes GPT-2 XL's step on 8 H100 slower than DDP's default 25 MiB (the old model,
+    2(n-1) alpha per bucket, said faster). GPT-2 XL at 1 sample per GPU is launch-bound, so each
+    extra bucket's host cost lands on backward and on the step; the buckets shown are DDP's."""
+    from dpcost.gpu_time import DDP_BUCKET_S
+
+    assert explorer.controls["bucket_cap_mb"].value == 25  # torch's _DEFAULT_BUCKET_CAP_MB
+    default = explorer.last
+    assert default["bucket_cap_mb"] is None  # 25: DDP left to its own caps, 1 MiB first
+    assert default["ddp_buckets"] == _ddp_bucket_count("GPT-2 XL", None)
+    assert f"bucket cap 25 MiB (DDP's default; its first bucket 1 MiB): " \
+           f"{default['ddp_buckets']} buckets" in explorer.readout_text()
+    assert "bound by the host (launch-bound)" in explorer.readout_text()
+    explorer.controls["bucket_cap_mb"].value = 1
+    small = explorer.last
+    buckets = _ddp_bucket_count("GPT-2 XL", 1)
+    assert small["ddp_buckets"] == buckets > default["ddp_buckets"]
+    assert f"bucket cap 1 MiB (bucket_cap_mb=1: every bucket): {buckets} buckets" in \
+        explorer.readout_text()
+    assert f"{buckets} all-reduces" in explorer.readout_text()
+    slower = small["steps"]["DDP, ring"].total_s - default["steps"]["DDP, ring"].total_s
+    extra = (buckets - default["ddp_buckets"]) * DDP_BUCKET_S
+    assert 0.9 * extra < slower < 1.1 * extra  # the extra buckets' host work, all of it
+    # The bucket cap is DDP's: DataParallel's steps do not move.
+    for name in ("DP, copy path", "DP, NCCL path"):
+        assert small["steps"][name].total_s == default["steps"][name].total_s
+
+
+def test_a_large_bucket_cap_exposes_the_last_buckets_all_reduce(explorer):
+    """The other end of the trade-off (lesson 05's question 3): with one bucket (GPT-2 small's
+    249 MB of 16-bit gradients under a 250 MiB cap) nothing is ready before backward ends, so
+    all of the all-reduce is exposed, and over PCIe the step is slower than at DDP's default;
+    so is it at 1 MiB, whose 50 buckets each cost their host work."""
     with explorer.hold():
-        explorer.controls["utilisation"].value = 0.05
-        explorer.controls["intra_link"].value = "NVLink 4 (H100)"
-    assert explorer.last["hidden"]["DDP, ring"]
-    with explorer.hold():
-        explorer.controls["utilisation"].value = 1.0
+        explorer.controls["model"].value = "GPT-2 small"
         explorer.controls["intra_link"].value = "PCIe 4.0 x16"
-    assert not explorer.last["hidden"]["DDP, ring"]
+    default = explorer.last["steps"]["DDP, ring"]
+    assert explorer.last["ddp_buckets"] == _ddp_bucket_count("GPT-2 small", None) == 7
+    explorer.controls["bucket_cap_mb"].value = 250
+    assert explorer.last["ddp_buckets"] == _ddp_bucket_count("GPT-2 small", 250) == 1
+    one = explorer.last["steps"]["DDP, ring"]
+    assert close(one.exposed_communication_s, one.communication_s, rel=1e-12)
+    assert one.communication_s > 0
+    assert default.exposed_communication_s < one.exposed_communication_s
+    assert one.total_s > default.total_s
+    explorer.controls["bucket_cap_mb"].value = 1
+    assert explorer.last["ddp_buckets"] == _ddp_bucket_count("GPT-2 small", 1) == 50
+    assert explorer.last["steps"]["DDP, ring"].total_s > default.total_s
+
+
+def test_communication_hidden_flips_with_the_link(explorer):
+    # NVLink's all-reduces fit under GPT-2 XL's backward; PCIe's do not.
+    assert explorer.last["hidden"]["DDP, ring"]
+    explorer.controls["intra_link"].value = "PCIe 4.0 x16"
+    s = explorer.last
+    assert not s["hidden"]["DDP, ring"]
+    assert s["steps"]["DDP, ring"].communication_s > s["ddp_backward_s"]
     assert "no: backward" in explorer.readout_text()
+
+
+def test_the_readout_says_which_clock_bounds_compute_and_what_dps_host_work_is(explorer):
+    """The readout's time line: one GPU's compute from dpcost.gpu_time (host: kernels launched;
+    device: FLOPs and bytes), and DataParallel's host work, replicate and its 8 replicas'
+    forwards launched through one interpreter, recomputed from dpcost.gpu_time's parts."""
+    from dpcost.gpu_time import replicate_seconds
+
+    model, n = MODELS["GPT-2 XL"], 8
+    r = X.readout(explorer.last, "mixed", NVLINK4, NDR, H100)
+    time = r["time"]
+    plain = _compute("GPT-2 XL", 1, H100, "mixed", whole=True)
+    assert (time["bound"], time["host_s"], time["device_s"]) == (
+        "host", plain.host_s, plain.device_s)
+    assert plain.host_s > plain.device_s  # launch-bound: the host's clock sets the step
+    counts = facts_from_preset(model).tensor_elements
+    assert close(time["dp_replicate_s"], replicate_seconds(len(counts), model.parameters * 2, n))
+    interpreter = _compute("GPT-2 XL", 1, H100, "mixed", replicas=n)[0] - plain.forward_s
+    assert interpreter > 0 and close(time["dp_interpreter_s"], interpreter, rel=1e-9)
+    text = explorer.readout_text()
+    assert f"replicate {format_seconds(time['dp_replicate_s'])} each step and " \
+           f"{format_seconds(interpreter)} more forward: its 8 replicas' kernels launched " \
+           "through one interpreter" in text
+    # A large batch of ResNet-50 keeps the GPU busier than the host: the device's clock.
+    with explorer.hold():
+        explorer.controls["model"].value = "ResNet-50"
+        explorer.controls["batch_size"].value = 4096
+    assert explorer.last["result"].compute.bound == "device"
+    assert "bound by the device" in explorer.readout_text()
 
 
 def test_multinode_ddp_two_level_beside_the_flat_ring(explorer):
@@ -370,13 +459,15 @@ def test_precision_attention_and_fit_verdicts_follow_memory_py(explorer):
 def test_bad_input_names_the_parameter():
     model = MODELS["GPT-2 XL"]
     good = dict(model=model, precision="mixed", num_gpus=8, gpus_per_node=8,
-                intra_link=NVLINK4, inter_link=NDR, gpu=H100, utilisation=0.4,
+                intra_link=NVLINK4, inter_link=NDR, gpu=H100, bucket_cap_mb=None,
                 optimizer="adam", batch_size=8)
     for key, bad, match in (("precision", "fp8", "precision"), ("num_gpus", 0, "num_gpus"),
                             ("gpus_per_node", 0, "gpus_per_node"),
                             ("num_gpus", 12, "multiple of gpus_per_node"),
-                            ("utilisation", 0.0, "utilisation"),
-                            ("utilisation", 1.5, "utilisation"),
+                            ("bucket_cap_mb", 0.0, "bucket_cap_mb"),
+                            ("bucket_cap_mb", -1, "bucket_cap_mb"),
+                            ("bucket_cap_mb", math.nan, "bucket_cap_mb"),
+                            ("bucket_cap_mb", 2.0**20, "bucket_cap_mb"),
                             ("batch_size", 0, "batch_size"), ("optimizer", "lamb", "optimizer")):
         with pytest.raises((TypeError, ValueError), match=match):
             X.scenario(**{**good, key: bad})
@@ -443,7 +534,7 @@ def test_the_model_runs_without_ipywidgets_matplotlib_or_torch():
             "from dpcost import explorer_model as m\n"
             "from dpcost.presets import GPUS, INTERCONNECTS as L, MODELS\n"
             "s = m.scenario(MODELS['GPT-2 XL'], 'mixed', 8, 8, L['NVLink 4 (H100)'],\n"
-            "               L['InfiniBand NDR'], GPUS['H100 SXM 80GB'], 0.5, 'adam', 64)\n"
+            "               L['InfiniBand NDR'], GPUS['H100 SXM 80GB'], None, 'adam', 64)\n"
             "print(bool(m.verdict(s)), sorted(n for n in sys.modules if n.startswith('dpcost')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=str(__import__("pathlib").Path(__file__).parents[1]))

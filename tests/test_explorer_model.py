@@ -21,8 +21,8 @@ def _scenario(model="GPT-2 XL", gpus=8, batch=None, **kw):
     preset = MODELS[model]
     return X.scenario(preset, kw.get("precision", "mixed"), gpus, kw.get("gpus_per_node", 8),
                       INTERCONNECTS["NVLink 4 (H100)"], INTERCONNECTS["InfiniBand NDR"],
-                      GPUS["H100 SXM 80GB"], 0.4, "adam", batch or preset.default_batch_size,
-                      "sdpa")
+                      GPUS["H100 SXM 80GB"], kw.get("bucket_cap_mb"), "adam",
+                      batch or preset.default_batch_size, "sdpa")
 
 
 def test_explore_is_json_and_its_readout_holds_the_scenarios_numbers():
@@ -85,7 +85,11 @@ def test_the_figures_data_are_the_scenarios_curves_steps_and_memory():
     ({"outputs": "-1"}, "outputs", "outputs must be >= 1"),
     ({"gpus": "3"}, "gpus", "gpus must be one of"),
     ({"precision": "fp8"}, "precision", "precision must be one of"),
-    ({"utilisation": "0.33"}, "utilisation", "utilisation must be one of"),
+    ({"bucket_cap_mb": "7"}, "bucket_cap_mb", "bucket_cap_mb must be one of"),
+    ({"bucket_cap_mb": "0.4"}, "bucket_cap_mb", "bucket_cap_mb must be one of"),
+    # 2e12 bytes of 16-bit gradients in 1 MiB buckets: more than Setting.MAX_BUCKETS
+    ({"model": "custom", "custom": "1e12", "bucket_cap_mb": "1"}, "bucket_cap_mb",
+     "bucket_cap_mb"),
     ({"model": "GPT-5"}, "model", "model must be one of"),
 ])
 def test_bad_input_gets_a_message_for_its_control_and_nothing_else(settings, control, message):
@@ -113,7 +117,7 @@ def test_the_url_fragment_round_trips_and_holds_only_what_changed():
     assert back["settings"]["batch_size"] == MODELS["Llama-2 7B"].default_batch_size
     every = {"model": "custom", "custom": "7.5e9 ", "precision": "bf16", "attention": "eager",
              "gpus": "256", "gpus_per_node": "16", "intra_link": "PCIe 4.0 x16",
-             "inter_link": "100 GbE", "gpu": "A100 SXM 80GB", "utilisation": "0.75",
+             "inter_link": "100 GbE", "gpu": "A100 SXM 80GB", "bucket_cap_mb": "100",
              "optimizer": "sgd_momentum", "batch_size": "3", "outputs": "32000"}
     first = X.explore(every)
     again = X.explore(X.settings_from_hash(first["hash"]))
@@ -130,6 +134,25 @@ def test_controls_offer_the_widgets_choices_and_every_default_is_one_of_them():
     assert [v for _, v in c["options"]["gpus"]] == X.GPU_CHOICES
     assert c["model_defaults"]["ResNet-50"] == {"batch_size": 256, "outputs": 1000}
     assert json.loads(json.dumps(c)) == c
+
+
+def test_the_bucket_cap_reaches_ddps_setting_and_the_readout_counts_its_buckets():
+    """25 MiB, torch's default, is DDP left to its own caps (1 MiB first); another cap is
+    DDP(bucket_cap_mb=...). The readout's bucket count and time line follow the scenario."""
+    assert X.explore({"bucket_cap_mb": "25"}) == X.explore({})  # the default, not in the URL
+    for text, cap in (("25", None), ("1", 1), ("250", 250)):
+        result = X.explore({"bucket_cap_mb": text})
+        s = _scenario(bucket_cap_mb=cap)
+        assert s["bucket_cap_mb"] == cap and result["settings"]["bucket_cap_mb"] == int(text)
+        assert s["result"].setting.bucket_cap_mb == cap
+        time, line = result["readout"]["time"], result["readout"]["time_line"]
+        assert time["buckets"] == s["ddp_buckets"] == len(s["result"].buckets)
+        assert f"bucket cap {text} MiB" in line and f"{s['ddp_buckets']} buckets" in line
+        assert time["bound"] == s["result"].compute.bound
+        ddp = {row["name"]: row for row in result["readout"]["rows"]}[X.DDP_RING]["values"]
+        assert ddp["buckets"] == s["ddp_buckets"]
+        assert ddp["total_s"] == s["steps"][X.DDP_RING].total_s
+        assert result["hash"] == ("" if text == "25" else f"bucket_cap_mb={text}")
 
 
 def test_explore_json_answers_every_request_even_a_broken_one():

@@ -55,7 +55,7 @@ CASES = [
     {"gpus_per_node": "16", "gpus": "16"},
     {"intra_link": "PCIe 4.0 x16"},
     {"inter_link": "100 GbE", "gpus": "256"},
-    {"gpu": "A100 SXM 80GB", "utilisation": "0.75"},
+    {"gpu": "A100 SXM 80GB", "bucket_cap_mb": "100"},
     {"optimizer": "sgd"},
     {"optimizer": "sgd_momentum", "batch_size": "10"},
     {"batch_size": "3"},
@@ -64,10 +64,10 @@ CASES = [
     {"custom": "7.5e10", "outputs": "32000"},
     {"model": "BERT-base", "gpus_per_node": "4", "gpus": "4"},
     {"model": "Llama-2 70B", "gpus": "1024", "inter_link": "InfiniBand HDR"},
-    {"model": "GPT-2 small", "gpus": "2", "utilisation": "1"},
+    {"model": "GPT-2 small", "gpus": "2", "bucket_cap_mb": "1"},
     {"model": "Llama-2 13B", "precision": "mixed", "attention": "sdpa", "gpus": "32",
      "gpus_per_node": "2"},
-    {"intra_link": "NVLink 3 (A100)", "utilisation": "0.05"},
+    {"intra_link": "NVLink 3 (A100)", "bucket_cap_mb": "250"},
     {"gpus_per_node": "1", "gpus": "8"},
     {"model": "GPT-2 XL", "batch_size": "1048576", "gpu": "H100 SXM 80GB"},
 ]
@@ -134,6 +134,8 @@ def _shown(page) -> dict:
             cells: [...tr.querySelectorAll('td')].slice(1).map(td => td.textContent),
             values: tr.dataset.values ? JSON.parse(tr.dataset.values) : null}));
         return {head: r.querySelector('p').textContent, rows,
+                time_line: r.querySelector('.time').textContent,
+                time: JSON.parse(r.querySelector('.time').dataset.values),
                 memory_line: r.querySelector('.memory').textContent,
                 memory: JSON.parse(r.querySelector('.memory').dataset.values),
                 verdict: r.querySelector('.verdict').textContent,
@@ -154,7 +156,8 @@ def _expected(form: dict) -> dict:
     r = result["readout"]
     rows = [{"name": row["name"], "cells": row["cells"] if "cells" in row else [row["span"]],
              "values": row.get("values")} for row in r["rows"]]
-    return {"head": f"{r['n']} {r['head']}", "rows": rows, "memory_line": r["memory_line"],
+    return {"head": f"{r['n']} {r['head']}", "rows": rows, "time_line": r["time_line"],
+            "time": r["time"], "memory_line": r["memory_line"],
             "memory": r["memory"], "verdict": r["verdict"],
             "sources": "".join(f"{name}: {text}" for name, text in result["sources"]),
             "hash": f"#{result['hash']}" if result["hash"] else ""}
@@ -162,8 +165,8 @@ def _expected(form: dict) -> dict:
 
 def _text(readout: dict) -> dict:
     """The readout with its numbers left out: what a reader sees."""
-    return {k: v for k, v in readout.items() if k != "memory"} | {
-        "rows": [{**row, "values": None} for row in readout["rows"]],
+    return {k: v for k, v in readout.items() if k not in ("memory", "time")} | {
+        "rows": [{**row, "values": None} for row in readout["rows"]], "time": None,
         "memory": [{**item, "bytes": None} for item in readout["memory"]]}
 
 
@@ -252,11 +255,11 @@ def test_the_url_carries_the_state_both_ways(browser_page):
     assert first["form"] == {**X.explore({})["settings"], "model": "Llama-2 7B", "gpus": "64",
                              "batch_size": str(X.MODELS["Llama-2 7B"].default_batch_size),
                              "outputs": str(X.MODELS["Llama-2 7B"].output_elements_per_sample),
-                             "gpus_per_node": "8", "utilisation": "0.4", "custom": "1.5e9"}
+                             "gpus_per_node": "8", "bucket_cap_mb": "25", "custom": "1.5e9"}
     assert X.CANNOT_SPAN in first["verdict"]
     # Each change writes the address; following it again brings the same case back.
     _set(page, {"model": "Llama-2 13B", "gpus": "128", "precision": "bf16",
-                "intra_link": "PCIe 5.0 x16", "batch_size": "96", "utilisation": "0.55"})
+                "intra_link": "PCIe 5.0 x16", "batch_size": "96", "bucket_cap_mb": "5"})
     shown = _shown(page)
     assert shown["hash"] == "#" + X.settings_to_hash(shown["form"])
     assert "model=Llama-2%2013B" in shown["hash"] and "gpus=128" in shown["hash"]
