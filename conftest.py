@@ -32,6 +32,7 @@ TIMED = (
     "tests/test_pitfalls.py",
     "tests/test_exercises_migrate.py",
     "tests/test_exercises_sandbox.py",
+    "tests/test_grading_sandbox.py",
     "tests/test_procs.py",
     # notebooks that time, stall or grade within seconds
     "notebooks/06_measure_it.ipynb",

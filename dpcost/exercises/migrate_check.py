@@ -638,6 +638,8 @@ def run(fn, setting=SETTINGS[CHECK_SETTING], timeout: float = DEFAULT_TIMEOUT) -
             data.get("loopback_bytes")) is not int):
         data = {"ok": False, "error_type": "", "error_message": "",
                 "detail": "the checker's sandbox gave a malformed answer"}
+    if not data.get("ok") and sandbox.stopped_for:  # e.g. over the memory bound: say so
+        data["detail"] = sandbox.stopped_for
     if data.get("ok"):
         data["reference"] = reference_run(setting, data["key"])
     data["protections"] = sandbox.protections

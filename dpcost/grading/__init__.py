@@ -9,8 +9,10 @@ of JSON: numbers, strings, short lists) comes back; the verdict is made in the k
 in new PID, mount and network namespaces where the system allows them, under an unprivileged
 uid of its own (no groups) when the kernel runs as root, ``no_new_privs``, with every inherited
 file descriptor on /dev/null, the package's folder hidden if asked, resource limits (address
-space, tasks, CPU time, file size, no core dumps), and every process it started killed when it
-ends.
+space, tasks, CPU time, file size, no core dumps), the memory of all its processes bounded
+together (a cgroup, or the keeper's sum), private /tmp, /var/tmp, /dev/shm and /run (or a sweep
+of what its uid left there), none of the kernel's environment beyond PATH, the locale and
+Python's, no socket but its own, and every process it started killed when it ends.
 ``grade`` is the out-of-kernel grader that nbgrader's grade cells (the hidden tests) call,
 ``python -I -m dpcost.grading.grade NOTEBOOK FUNCTION``: a new interpreter that grades the
 notebook's saved file, so nothing a cell redefines or patches in the kernel takes part.

@@ -2,8 +2,9 @@
 
 The child is forked from the notebook's kernel (so the functions a student defined need no
 pickling) and confined by :mod:`dpcost.grading.confine`: an unprivileged uid of its own when
-the kernel runs as root, new PID and mount namespaces where the system allows them, resource
-limits always, and every process it starts ended with it. ``protections()`` says what is in
+the kernel runs as root, new PID, mount and network namespaces where the system allows them,
+resource limits and a bound on the memory of all its processes together always, and every
+process it starts ended with it. ``protections()`` says what is in
 force here. The kernel waits at most ``timeout`` seconds per call, then kills the child.
 Exceptions (``SystemExit`` included), wrong return values, prints, warnings and infinite loops
 all come back as an :class:`Outcome`; the kernel never dies and never hangs.
@@ -20,6 +21,12 @@ What the child can and cannot reach:
   the package cannot be imported again, and where a mount namespace exists its folder is
   hidden. Only the sandbox itself and what an exercise names in ``allowed`` (the ring
   simulator, say) keep working there. Verdicts are made in the kernel, from plain values.
+- **Not the machine beyond its folder and its share.** Its files live in its own folder
+  (removed afterwards; /tmp, /var/tmp, /dev/shm and /run are private tmpfs, or swept), its
+  processes together stay within ``Limits.memory_bytes`` (else the whole child is stopped and
+  the call reports it in one line), its environment holds none of the kernel's variables
+  beyond PATH, the locale and Python's, and it reaches no socket but its own (a network
+  namespace with only a loopback). :func:`protections` says which of these hold here.
 - **Results cross as plain data only.** The child converts the returned value to None, a bool,
   an int, a float, a str, or a short list or tuple of those (numpy scalars become the Python
   number; at most :data:`MAX_ITEMS` items, :data:`MAX_DEPTH` levels), and sends it with the
@@ -81,12 +88,13 @@ _ALWAYS_ALLOWED = ("dpcost.grading.sandbox", "dpcost.grading.confine")
 
 def limits_for(timeout: float, calls: int) -> confine.Limits:
     """The child's limits for ``calls`` calls of ``timeout`` s: 1 GiB beyond the kernel's
-    mappings, 32 + 2 per CPU tasks (numpy's BLAS threads fit), CPU time for every call plus
-    10 s, 16 MiB a file."""
+    mappings a process and 1 GiB for all its processes together, 32 + 2 per CPU tasks (numpy's
+    BLAS threads fit), CPU time for every call plus 10 s, 16 MiB a file, 64 MiB in each
+    private /tmp, /var/tmp, /dev/shm and /run."""
     return confine.Limits(address_space_extra_bytes=2**30,
                           processes=32 + 2 * (os.cpu_count() or 1),
                           cpu_s=math.ceil(timeout * max(calls, 1)) + 10,
-                          file_bytes=16 * 2**20)
+                          file_bytes=16 * 2**20, memory_bytes=2**30, tmp_bytes=64 * 2**20)
 
 
 def protections() -> dict:
@@ -610,7 +618,8 @@ def run_many(calls, timeout: float = DEFAULT_TIMEOUT, max_timeouts: int | None =
                     outcome = Outcome(
                         "timeout", detail=f"no result within {timeout:g} s (infinite loop?)")
                 elif line == "dead":
-                    outcome = Outcome("crashed", detail=_crash_detail(sandbox.exit_status))
+                    outcome = Outcome("crashed", detail=sandbox.stopped_for or _crash_detail(
+                        sandbox.exit_status))
                 elif line == "too long":
                     outcome = Outcome("malformed", detail=(
                         f"the result message was longer than {MAX_MESSAGE} bytes (something "
