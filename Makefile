@@ -8,7 +8,7 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=300 \
          --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test test-pure test-serial test-heavy lint unit nbval notebooks browser student stress clean site constraints slides \
+.PHONY: lab lab-instructor test test-pure test-serial test-heavy lint unit nbval notebooks browser student stress clean site constraints slides \
         portable portable-first portable-second npm-site npm-slides
 
 # Ranges in pyproject.toml, exact versions (those behind the committed outputs) in constraints.txt.
@@ -44,7 +44,14 @@ constraints:
 
 # JupyterLab refuses to run as root without --allow-root (containers, CI); add it only there.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+# A student's JupyterLab: the lessons and exercises, without the instructor's masters
+# (notebooks/instructor/ is hidden from the file browser) and without nbgrader's menus and server
+# extensions. jupyter-student/ goes first on JUPYTER_CONFIG_PATH for this run only; the user's
+# own Jupyter configuration is not changed. `make lab-instructor` serves everything.
 lab: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-student$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	    $(VENV)/bin/jupyter lab $(LAB_ARGS) notebooks/
+lab-instructor: $(STAMP)
 	$(VENV)/bin/jupyter lab $(LAB_ARGS) notebooks/
 
 # Three lanes at once (conftest.py says which file goes where). The tests that start processes and

@@ -3,6 +3,7 @@
 import inspect
 import math
 import numbers
+import os
 import time
 import types
 
@@ -137,7 +138,8 @@ def test_no_input_checks_fail_invalid_inputs():
         return float(num_gpus)
 
     reasons = failing(submit(dp_gpu0_memory_multiplier))
-    assert "must raise TypeError naming num_gpus" in reasons["invalid num_gpus"]
+    assert "no check of num_gpus: bad input must raise an error naming it" in reasons[
+        "invalid num_gpus"]
 
 
 def test_multiplying_before_dividing_overflows_to_inf():
@@ -147,7 +149,12 @@ def test_multiplying_before_dividing_overflows_to_inf():
 
     reasons = failing(submit(ddp_communication_volume))
     assert list(reasons) == ["huge values: near the float limit, or inf"]
-    assert "inf != 2e+300" in reasons["huge values: near the float limit, or inf"]
+    assert "overflow to inf" in reasons["huge values: near the float limit, or inf"]
+    assert report_got(submit(ddp_communication_volume)) == ["inf (float)"]
+
+
+def report_got(report):
+    return [r.got for r in report.failures]
 
 
 def test_error_must_name_the_parameter():
@@ -193,7 +200,9 @@ def test_stub_reports_not_written_yet():
     report = submit(dp_communication_volume)
     assert report.passed == 0
     assert all("not written yet" in r.reason for r in report.results)
-    assert "(and 26 more tests" in str(report)
+    # one line per share of the credit, with a count: 13 formula tests, 14 input checks
+    assert "(and 12 more tests" in str(report) and "(and 13 more tests" in str(report)
+    assert str(report).count("why: not written yet") == 2
 
 
 def test_missing_function_in_submit_without_arguments():
@@ -276,7 +285,7 @@ def test_a_function_that_forgets_n_at_most_1_fails_check():
     report = check(dp_communication_volume)
     assert [r.passed for r in report.results] == [True, True, False]
     assert report.failures[0].call == "dp_communication_volume(1.5e+09, 0)"
-    assert "n = 0 is at most 1, where nothing is communicated" in report.failures[0].reason
+    assert "n <= 1 is not special-cased" in report.failures[0].reason
 
 
 def _ddp_one_phase(model_size_bytes, num_gpus):
@@ -334,7 +343,10 @@ def test_diagnose_works_on_plain_values():
         "exactly half")
     assert diagnose("dp_communication_volume", (1.5e9, 8), 10.5e9, 21e9).startswith(
         "exactly half: you counted one direction only")
-    assert "n - 1" in diagnose("ddp_communication_volume", (1.5e9, 8), 3e9, 2.625e9)
+    assert "(n - 1)/n factor is missing" in diagnose("ddp_communication_volume", (1.5e9, 8),
+                                                      3e9, 2.625e9)
+    # one value, two mistakes: at n = 2, 2P is DP's 2(n - 1)P and the ring without (n - 1)/n
+    assert diagnose("ddp_communication_volume", (1.5e9, 2), 3e9, 1.5e9) == ""
     assert diagnose("communication_reduction_factor", (0, 8), math.nan, 8.0).startswith("NaN")
     assert diagnose("dp_communication_volume", (1.5e9, 8), 1.0, 21e9) == ""  # no pattern
 
@@ -353,3 +365,203 @@ def test_a_failed_check_or_submit_points_to_the_hints_and_the_solution():
         assert report._repr_html_().endswith(
             "<code>solution(&quot;ddp_communication_volume&quot;)</code> the worked solution.</p>")
     assert check(REFERENCE[1]).footer == [] and submit(*REFERENCE).footer == []
+
+
+# ---- issue 38: one diagnosis per mistake, the credit split, grouped reasons -------------------
+
+def _with_checks(formula):
+    """A student's function: the contract's checks and n <= 1, then ``formula(P, n)``."""
+    def volume(model_size_bytes, num_gpus):
+        size, n = _p(model_size_bytes), _n(num_gpus)
+        return 0.0 if n <= 1 else float(formula(size, n))
+    return volume
+
+
+# Each mistake written out as a student would write it, and the words it must get on every line.
+MISTAKEN = [
+    ("ddp_communication_volume", lambda p, n: 2 * p, "the ring's (n - 1)/n factor is missing"),
+    ("ddp_communication_volume", lambda p, n: 2 * n / n * p,
+     "the ring's (n - 1)/n factor is missing"),
+    ("ddp_communication_volume", lambda p, n: (n - 1) / n * p, "you counted one phase only"),
+    ("ddp_communication_volume", lambda p, n: 2 * (n - 1) * p, "that is DataParallel's"),
+    ("ddp_communication_volume", lambda p, n: 2 / n * p, "one step per phase"),
+    ("dp_communication_volume", lambda p, n: 2 * n * p, "you used n where the formula has n - 1"),
+    ("dp_communication_volume", lambda p, n: (n - 1) * p, "you counted one direction only"),
+    ("dp_communication_volume", lambda p, n: 2 * (n - 1) / n * p, "that is DDP's"),
+    ("dp_communication_volume", lambda p, n: 2 * p, "the n - 1 is missing"),
+]
+
+
+@pytest.mark.parametrize("name, formula, says", MISTAKEN)
+def test_one_mistake_gets_one_diagnosis_in_the_examples_and_the_battery(name, formula, says):
+    """The student's 2P for DDP was told "you used n where the formula has n - 1" by the worked
+    examples and "n times too much: DataParallel's" by two battery rows (at n = 2, where 2P is
+    also 2(n-1)P). Every wrong value of one mistake now gets the same, right, words."""
+    fn = _with_checks(formula)
+    fn.__name__ = name
+    examples, battery_report = check(fn), submit(fn)
+    wrong = [r for report in (examples, battery_report) for r in report.failures
+             if r.reason.startswith("wrong value") and "overflow to inf" not in r.reason]
+    assert examples.failures and len(wrong) > len(examples.failures)
+    assert len({r.reason for r in wrong}) == 1 and says in wrong[0].reason, wrong
+
+
+def test_the_2p_answer_is_not_called_n_for_n_minus_1_anywhere():
+    def ddp_communication_volume(model_size_bytes, num_gpus):
+        return 0.0 if _n(num_gpus) <= 1 else float(2 * _p(model_size_bytes))
+
+    reasons = [r.reason for report in (check(ddp_communication_volume),
+                                       submit(ddp_communication_volume))
+               for r in report.failures if r.part == "formula and n <= 1"]
+    assert reasons and all("(n - 1)/n factor is missing" in r for r in reasons), reasons
+    assert not any("n times too much" in r or "where the formula has n - 1" in r
+                   for r in reasons)
+    # the n = 2 row that said "DataParallel's 2(n-1)P" before
+    row = next(r for r in submit(ddp_communication_volume).failures
+               if r.call == "ddp_communication_volume(5, 2)")
+    assert "(n - 1)/n factor is missing" in row.reason
+
+
+def test_a_right_formula_without_input_checks_earns_most_of_the_credit():
+    """The review: right formulas without the contract's checks scored about half. The credit
+    is now 80 % for the formula and n <= 1 and 20 % for the input checks, and the report says
+    which tests count where. Counted here by hand from the battery's categories."""
+    def dp_gpu0_memory_multiplier(num_gpus):
+        return float(num_gpus)  # right for every integer, no check at all
+
+    report = submit(dp_gpu0_memory_multiplier)
+    checks = [r for r in report.results if r.category == "invalid num_gpus"]
+    others = [r for r in report.results if r.category != "invalid num_gpus"]
+    assert len(checks) == 5 and not any(r.passed for r in checks)
+    assert all(r.passed for r in others)  # so the formula part is full, the checks part empty
+    assert report.credit() == pytest.approx(0.8)
+    text = str(report)
+    assert "80 % of the credit" in text and "80 % for the formula and n <= 1" in text
+    assert "20 % for the input checks" in text
+    assert f"formula and n <= 1: {len(others)}/{len(others)}, input checks: 0/5" in text
+    assert "80 % of the credit" in report._repr_html_()
+
+
+def test_the_credit_weighs_each_part_by_its_tests_passed():
+    """A function failing one formula test and every input check: 0.8 x (k - 1)/k."""
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        n = num_gpus
+        return 0.0 if n <= 1 else float(2 * (n - 1) * model_size_bytes)
+
+    report = submit(dp_communication_volume)
+    formula = [r for r in report.results if r.part == "formula and n <= 1"]
+    checks = [r for r in report.results if r.part == "input checks"]
+    assert len(formula) + len(checks) == report.total == 27
+    # every invalid input fails (no checks), and numpy int64s overflow without the conversion
+    assert not any(r.passed for r in checks) and all(r.passed for r in formula)
+    assert report.credit() == pytest.approx(0.8)
+    assert report.credit(exclude={"dp_communication_volume"}) == 0.0
+    assert submit(*REFERENCE).credit() == 1.0
+
+
+def test_repeated_reasons_are_grouped_with_a_count():
+    def dp_communication_volume(model_size_bytes, num_gpus):
+        n = num_gpus
+        return 0.0 if n <= 1 else float(2 * (n - 1) * model_size_bytes)
+
+    report = submit(dp_communication_volume)
+    groups = report.grouped_failures()
+    assert sum(1 + more for _, more in groups) == len(report.failures) == 14
+    # no check at all: one line per parameter, and the numpy int64s that wrap around
+    assert len(groups) == len({(r.part, r.reason) for r in report.failures}) == 3
+    text = str(report)
+    assert text.count("why: ") == len(groups)
+    assert "why: no check of num_gpus" in text and "call check_num_gpus first" in text
+    assert "(and 4 more tests of dp_communication_volume fail for the same reason)" in text
+    assert "(and 7 more tests of dp_communication_volume fail for the same reason)" in text
+    # the formula's failures first, then the input checks' (here only the checks fail)
+    assert text.index("Failures, input checks (20 % of the credit)") > text.index("Score:")
+
+
+def test_two_functions_reports_keep_each_functions_failures_together():
+    def ddp_gpu0_memory_multiplier(num_gpus):
+        return float(num_gpus)
+
+    def dp_gpu0_memory_multiplier(num_gpus):
+        return 1.0
+
+    report = submit(dp_gpu0_memory_multiplier, ddp_gpu0_memory_multiplier)
+    order = [r.function for r, _ in report.grouped_failures()]
+    assert order == sorted(order, key=["dp_gpu0_memory_multiplier",
+                                       "ddp_gpu0_memory_multiplier"].index)
+    assert any("1 is DDP's multiplier" in r.reason for r in report.failures)
+    assert any("n is DataParallel's multiplier" in r.reason for r in report.failures)
+
+
+# ---- the grade cells' credit preview grades the notebook being run (issue 38) ----------------
+
+def _ex1_copy(folder, name, solution_3=None):
+    """The committed student notebook (stubs) saved as ``name`` in ``folder``, with
+    dp_gpu0_memory_multiplier's cell written as ``solution_3``."""
+    import nbformat
+
+    from dpcost.exercises import STUDENT_DIR
+
+    notebook = nbformat.read(STUDENT_DIR / "ex1_five_functions.ipynb", as_version=4)
+    if solution_3 is not None:
+        next(c for c in notebook.cells if c.get("id") == "solution-3").source = solution_3
+    nbformat.write(notebook, folder / name)
+    return folder / name
+
+
+RIGHT_3 = ("def dp_gpu0_memory_multiplier(num_gpus):\n"
+           "    return float(check_num_gpus(num_gpus))\n")
+
+
+def test_the_credit_cell_grades_a_renamed_copy(tmp_path, monkeypatch, capsys):
+    """The review: an edited copy (ex1_try.ipynb, File > Duplicate) got 0 and "not written yet"
+    because the cell graded the file named ex1_five_functions.ipynb beside it. Jupyter's server
+    tells the kernel its notebook (JPY_SESSION_NAME): that file is graded, and named."""
+    from dpcost.exercises.five_functions import preview_credit
+
+    _ex1_copy(tmp_path, "ex1_five_functions.ipynb")  # the untouched stubs, beside it
+    copy = _ex1_copy(tmp_path, "ex1_try.ipynb", RIGHT_3)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(copy))
+    assert preview_credit("dp_gpu0_memory_multiplier") == 1.0
+    said = capsys.readouterr().out
+    assert said.startswith("Graded: ex1_try.ipynb, the notebook this kernel runs, as saved.")
+    assert "dp_gpu0_memory_multiplier: 16/16 tests passed" in said
+    # a kernel not told its notebook (nbclient, nbval): the exercise's file here, said so
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    assert preview_credit("dp_gpu0_memory_multiplier", points=2) == 0.0
+    said = capsys.readouterr().out
+    assert "Graded: ex1_five_functions.ipynb in this kernel's folder" in said
+    assert "was not told which notebook it runs" in said and "not written yet" in said
+    # a session path that is not an ex1 notebook is not graded
+    (tmp_path / "other.ipynb").write_text('{"cells": []}')
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "other.ipynb"))
+    (tmp_path / "ex1_five_functions.ipynb").unlink()
+    assert preview_credit("dp_gpu0_memory_multiplier") == 0.0
+    assert capsys.readouterr().out.startswith("No credit preview: this kernel was not told")
+    assert sorted(os.listdir(tmp_path)) == ["ex1_try.ipynb", "other.ipynb"]  # no copy left
+
+
+def test_the_credit_cell_says_when_the_saved_file_differs_from_what_ran(tmp_path, monkeypatch,
+                                                                        capsys):
+    """Edited and run, not saved: the preview grades the saved file and says that it differs
+    from the code this kernel ran (IPython's own history of the cells it ran)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from dpcost.exercises.five_functions import preview_credit
+
+    copy = _ex1_copy(tmp_path, "ex1_try.ipynb", RIGHT_3)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(copy))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # its history database here
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell(RIGHT_3, store_history=True)  # what the file holds: no warning
+        assert preview_credit("dp_gpu0_memory_multiplier") == 1.0
+        assert "not the one this kernel ran last" not in capsys.readouterr().out
+        shell.run_cell(RIGHT_3.replace("float(", "1.0 * float("), store_history=True)
+        assert preview_credit("dp_gpu0_memory_multiplier") == 1.0  # the saved file's credit
+        said = capsys.readouterr().out
+        assert ("The saved file's dp_gpu0_memory_multiplier is not the one this kernel ran "
+                "last") in said
+    finally:
+        InteractiveShell.clear_instance()

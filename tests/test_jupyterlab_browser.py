@@ -12,6 +12,8 @@ test: a server and a browser started once, and JupyterLab's scripts loaded once,
   $DPCOST_SCREENSHOT_DIR when that is set (``DPCOST_SCREENSHOT_DIR=docs pytest
   tests/test_jupyterlab_browser.py -k explorer_in`` refreshes docs/explorer.png).
 - Voila (its own server) shows the explorer as a standalone page; the slider moves to n = 1.
+- The student's lab (served with `make lab`'s configuration, jupyter-student/): the file browser
+  shows no instructor/ folder, and the page has no Nbgrader menu and none of nbgrader's plugins.
 - The check/submit tables at 1280x720. Issue 22: the ``submit`` table was 1,409 px wide in a 968 px
   output area, so "got" and "why it failed" were off-screen. JupyterLab (its file browser open as
   it starts) shows the widest reports the exercises make - five wrong functions in one
@@ -82,6 +84,8 @@ def lab(tmp_path_factory):
     notebook.metadata.pop("widgets", None)
     nbformat.write(notebook, work / NOTEBOOK.name)
     nbformat.write(_report_notebook(), work / "reports.ipynb")
+    (work / "instructor").mkdir()  # as in notebooks/: the masters' folder, hidden from students
+    nbformat.write(nbformat.v4.new_notebook(), work / "instructor" / "master.ipynb")
 
     config = tmp_path / "config"
     (config / "labconfig").mkdir(parents=True)
@@ -89,6 +93,8 @@ def lab(tmp_path_factory):
     (config / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
     env = {**os.environ,
+           # the student's lab, as `make lab` configures it (the Makefile, jupyter-student/)
+           "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-student"),
            "JUPYTER_CONFIG_DIR": str(config),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
@@ -345,3 +351,22 @@ def test_every_report_table_fits_jupyterlabs_output_area(lab, page):
     page.wait_for_function(f"() => ({MEASURE})().length === 0", timeout=WAIT_MS)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     _assert_fit(_tables(page))  # made live by the kernel, as a student's run makes them
+
+
+# ---- the student's lab: no instructor material (issue 38) -----------------------------------
+
+def test_the_students_lab_shows_no_instructor_material(lab, page):
+    """`make lab`'s configuration in the browser: the work folder holds instructor/ (as notebooks/
+    does), but the file browser does not list it; JupyterLab runs its own plugins and none of
+    nbgrader's (no Nbgrader menu, formgrader, create assignment, course list, validate)."""
+    _open(page, lab["url"]("reports.ipynb"), REPORT_VIEWPORT)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-DirListing-itemText')]"
+        ".some(e => e.innerText.trim() === 'reports.ipynb')", timeout=WAIT_MS)
+    listed = [t.strip() for t in page.locator(".jp-DirListing-itemText").all_inner_texts()]
+    assert "05_explorer.ipynb" in listed and "instructor" not in listed, listed
+    menus = [t.strip() for t in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
+    assert "File" in menus and not any("nbgrader" in m.lower() for m in menus), menus
+    plugins = page.evaluate("() => window.jupyterapp.listPlugins()")
+    assert "@jupyterlab/notebook-extension:tracker" in plugins
+    assert not [p for p in plugins if p.startswith("@jupyter/nbgrader")], plugins

@@ -365,7 +365,7 @@ def test_autograde_scores_the_wrong_submissions_by_their_tests(course):
     partial = five_functions.submit(namespace["ddp_communication_volume"])
     assert 0 < partial.passed < partial.total == 27
     assert scores["ex1", "wrong"] == {
-        "grade-1": (1.0, 1.0), "grade-2": (round(partial.passed / 27, 2), 1.0),
+        "grade-1": (1.0, 1.0), "grade-2": (round(partial.credit(), 2), 1.0),
         "grade-3": (0.0, 1.0), "grade-4": (0.0, 1.0), "grade-5": (0.0, 1.0)}
     assert f"ddp_communication_volume: {partial.passed}/27" in _autograded_output(
         path, "ex1", "wrong", "grade-2")

@@ -3,6 +3,11 @@
 A :class:`Report` shows itself as HTML in Jupyter (``_repr_html_``) and as plain text in a
 terminal (``str``/``repr``); both hold only deterministic text (no timings), so notebooks that
 display a report pass strict nbval.
+
+Failures that share a function and a reason are shown once, with a count. A report may split
+each function's credit into parts (``weights``, e.g. ex1's formula 80 % and input checks 20 %):
+its :meth:`Report.credit` is then the weighted share, and the report says so; without weights
+every test counts the same.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class TestResult:
     passed: bool
     reason: str = ""  # why it failed ("" when it passed)
     printed: str = ""  # what the student's code printed during the test
+    part: str = ""  # the share of the credit it counts in (a key of Report.weights), if any
 
 
 @dataclass
@@ -37,6 +43,8 @@ class Report:
     results: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines shown above the table
     footer: list[str] = field(default_factory=list)  # lines shown below it (`code` spans)
+    # {part: its share of each function's credit}, in the order shown; empty: tests count alike
+    weights: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> int:
@@ -56,16 +64,63 @@ class Report:
 
     def score_line(self) -> str:
         percent = round(100 * self.passed / self.total) if self.total else 0
-        line = f"Score: {self.passed}/{self.total} tests passed ({percent} %)"
+        line = f"Score: {self.passed}/{self.total} tests passed"
+        line += f", {self.percent()} % of the credit" if self.weights else f" ({percent} %)"
         return line + (" - all passed!" if self.all_passed else "")
 
+    def percent(self, function: str | None = None) -> int:
+        return round(100 * self.credit(function=function))
+
+    def credit(self, exclude=(), function: str | None = None) -> float:
+        """The share of the credit earned, from 0 to 1 (of ``function`` alone if given).
+
+        Without weights: tests passed / tests. With weights: each function earns, for each
+        part, the part's weight times the share of its tests passed there (a part it has no
+        test in gives its weight to the others), and the report the mean over its functions.
+        A function in ``exclude`` (one that failed a literal check, say) earns nothing.
+        """
+        results = [r for r in self.results if function in (None, r.function)]
+        if not results:
+            return 0.0
+        if not self.weights:
+            return sum(r.passed and r.function not in exclude for r in results) / len(results)
+        functions = list(dict.fromkeys(r.function for r in results))
+        earned = 0.0
+        for name in functions:
+            if name in exclude:
+                continue
+            mine = [r for r in results if r.function == name]
+            parts = {part: [r for r in mine if r.part == part] for part in self.weights}
+            weight = sum(self.weights[part] for part, tests in parts.items() if tests)
+            earned += sum(self.weights[part] * sum(r.passed for r in tests) / len(tests)
+                          for part, tests in parts.items() if tests) / weight
+        return earned / len(functions)
+
+    def split_text(self, function: str) -> str:
+        """'formula and n <= 1: 14/14, input checks: 0/13' for ``function`` (weighted reports)."""
+        mine = [r for r in self.results if r.function == function]
+        return ", ".join(f"{part}: {sum(r.passed for r in tests)}/{len(tests)}"
+                         for part in self.weights
+                         for tests in [[r for r in mine if r.part == part]] if tests)
+
+    def weights_text(self) -> str:
+        """"each function's credit: 80 % for the formula ..., 20 % for ..." (weighted reports)."""
+        return "each function's credit: " + ", ".join(
+            f"{round(100 * weight)} % for the {part}" for part, weight in self.weights.items())
+
     def grouped_failures(self) -> list[tuple[TestResult, int]]:
-        """Failures as (first one, how many more share its function and reason): a function
-        that is not written yet shows one line, not thirty."""
-        groups: dict[tuple[str, str], list[TestResult]] = {}
+        """Failures as (first one, how many more share its function, part and reason): the
+        same mistake shows one line with a count, not one line per test. Function by function,
+        and within one, part by part in the order of ``weights`` (the formula's failures before
+        the input checks')."""
+        groups: dict[tuple[str, str, str], list[TestResult]] = {}
         for result in self.failures:
-            groups.setdefault((result.function, result.reason), []).append(result)
-        return [(group[0], len(group) - 1) for group in groups.values()]
+            groups.setdefault((result.function, result.part, result.reason), []).append(result)
+        functions, parts = list(self.by_function()), list(self.weights)
+        ranked = sorted(groups.values(), key=lambda group: (  # a stable sort: first seen first
+            functions.index(group[0].function),
+            parts.index(group[0].part) if group[0].part in parts else len(parts)))
+        return [(group[0], len(group) - 1) for group in ranked]
 
     def by_function(self) -> dict[str, tuple[int, int]]:
         """{function: (passed, total)} in the order the functions were tested."""
@@ -91,11 +146,19 @@ class Report:
             lines.append(f"{self.passed}/{self.total} worked examples pass.")
         else:
             lines.append(self.score_line())
+            if self.weights:
+                lines.append(f"  ({self.weights_text()})")
             for function, (passed, total) in self.by_function().items():
-                lines.append(f"  {function}: {passed}/{total}")
-            if self.failures:
+                lines.append(f"  {function}: {passed}/{total}" + (
+                    f" tests passed, {self.percent(function)} % of its credit "
+                    f"({self.split_text(function)})" if self.weights else ""))
+            if self.failures and not self.weights:
                 lines.append("Failures:")
+            part = None
             for r, more in self.grouped_failures():
+                if self.weights and r.part != part:
+                    part = r.part
+                    lines.append(f"Failures, {self._part_heading(part)}:")
                 lines.append(f"  [{r.function}] {r.category}: {r.call}")
                 lines.append(f"      expected {r.expected}; got {r.got}")
                 lines.append(f"      why: {r.reason}")
@@ -111,6 +174,9 @@ class Report:
 
     def __repr__(self) -> str:
         return str(self)
+
+    def _part_heading(self, part: str) -> str:
+        return f"{part} ({round(100 * self.weights.get(part, 0))} % of the credit)"
 
     # HTML (Jupyter).
     def _repr_html_(self) -> str:
@@ -128,6 +194,10 @@ class Report:
             parts.append(f"<p><b>{esc(self.score_line())}</b>" + (" - " + ", ".join(
                 f"{esc(fn)}: {p}/{t}" for fn, (p, t) in counts.items())
                 if len(counts) > 1 else "") + "</p>")
+            if self.weights:
+                parts.append(f"<p>{esc(self.weights_text().capitalize())}. " + "; ".join(
+                    f"{esc(fn)}: {self.percent(fn)} % ({esc(self.split_text(fn))})"
+                    for fn in counts) + ".</p>")
             rows = [(r, r.reason + (f" (and {more} more tests of {r.function} fail for the same "
                                     "reason)" if more else ""))
                     for r, more in self.grouped_failures()]
@@ -139,12 +209,16 @@ class Report:
             parts.append(_TABLE + "".join(f'<col style="width:{w}%">' for w in widths)
                          + "<tr>" + "".join(f'<th style="{_CELL}">{esc(h)}</th>' for h in header)
                          + "</tr>")
-            function = None
+            function = part = None
             for result, reason in rows:
                 if len(counts) > 1 and result.function != function:
-                    function = result.function
+                    function, part = result.function, None
                     parts.append(f'<tr><th colspan="{len(header)}" style="{_CELL}">'
                                  f"{esc(function)}</th></tr>")
+                if self.kind == "submit" and self.weights and result.part != part:
+                    part = result.part
+                    parts.append(f'<tr><td colspan="{len(header)}" style="{_CELL}"><i>'
+                                 f"{esc(self._part_heading(part))}</i></td></tr>")
                 if self.kind == "submit":
                     cells = (result.category, result.call, result.expected, result.got)
                 else:

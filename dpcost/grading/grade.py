@@ -18,7 +18,8 @@ PYTHONPATH on its import path, so a ``dpcost/`` folder beside the notebook is no
    plain values. For ex1 and ex2 the ``dpcost`` package cannot
    be imported there (the reference answers live in it); ex3 gives the cells the names its
    import cell gives the student (``train_dp``, ``make_model``, ...);
-3. prints the report, then ``score: X`` last: ``--points`` times the fraction of tests passed,
+3. prints the report, then ``score: X`` last: ``--points`` times ``Report.credit`` (ex1: 80 %
+   for the formula and n <= 1, 20 % for the input checks; else the fraction of tests passed),
    rounded to 2 decimals - the partial credit the grade cell hands to nbgrader - where the
    tests of a function that fails its literal check count as failed (:data:`LITERAL`: one exact
    value on an input no worked example uses, so a function returning 0 collects nothing).
@@ -231,8 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"literal check failed, so no credit for it: {'; '.join(failed)}")
     gated = {text.split("(", 1)[0] for text in failed}
-    passed = sum(r.passed and r.function not in gated for r in report.results)
-    score = round(args.points * passed / report.total, 2) if report.total else 0.0
+    score = round(args.points * report.credit(exclude=gated), 2)
     print(f"score: {score:g}")
     return 0
 
