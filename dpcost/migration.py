@@ -24,24 +24,28 @@ writes. The same comparison catches each migration bug the DDP script can inject
   ``record.result``), which writes what it saw into a folder the check names in
   ``DPCOST_MIGRATION_RECORD`` and does nothing when that variable is unset.
 
-torchrun runs in its own session with a time limit and is killed as a group at the end; it and
-the ranks of :func:`run_ddp` also get SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), so
-no process outlives these functions, even when the caller is killed. Results are plain JSON.
+Every script or torchrun runs under a keeper (:func:`dpcost.procs.keep`) in a session of its
+own, with a time limit: the keeper adopts the orphans of its tree (a child subreaper) and ends
+everything when the run exits, is stopped, or its caller dies (``PR_SET_PDEATHSIG``), so no
+process outlives these functions, even when the caller is killed. Results are plain JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from dpcost.procs import die_with_parent, kill_tree
+from dpcost.procs import KEEPER_GRACE_S, die_with_parent, kill_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -93,39 +97,42 @@ def _train_each(script, cases):
                 for name, argv in cases.items()}
 
 
-def _spawn(command: list[str], timeout_s: float, cwd=ROOT, extra_env=None, merge=True
-           ) -> tuple[int, str, str]:
-    """Run ``command`` in a new session: (exit status, stdout, stderr), stderr in stdout when
-    ``merge``. Kill the whole group whatever happens. TMPDIR is a scratch folder removed
+def _spawn(command: list[str], timeout_s: float, cwd=ROOT, extra_env=None, merge=True,
+           remove=()) -> tuple[int, str, str]:
+    """Run ``command`` under a keeper (:func:`dpcost.procs.keep`) in a new session: (exit
+    status, stdout, stderr), stderr in stdout when ``merge``. The keeper adopts every orphan of
+    the command's tree and ends them all when the command exits, when it is stopped (a
+    timeout, an error or a signal here: ``kill_tree`` sends it SIGTERM) and when this process
+    dies, removing the folders in ``remove`` then. TMPDIR is a scratch folder removed
     afterwards: torchrun's torchelastic_* logs go with it."""
-    from dpcost.procs import scratch_tmpdir
+    from dpcost.procs import keeper_command, scratch_tmpdir
 
     with scratch_tmpdir("dpcost-migration-run-") as tmpdir:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
             OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", TMPDIR=tmpdir, **(extra_env or {}))
-        process = subprocess.Popen(command, stdout=subprocess.PIPE,
+        process = subprocess.Popen(keeper_command(command, [tmpdir, *map(str, remove)]),
+                                   stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                                   text=True, start_new_session=True, cwd=cwd, env=env,
-                                   preexec_fn=die_with_parent)
+                                   text=True, start_new_session=True, cwd=cwd, env=env)
         try:
             output, errors = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            kill_tree(process, grace_s=5)
+            kill_tree(process, grace_s=KEEPER_GRACE_S + 2)
             raise MigrationRunError(f"timed out after {timeout_s:g} s: {' '.join(command)}"
                                     ) from None
         finally:
-            # torchrun starts each rank in a session of its own (start_new_session in
-            # torch/distributed/elastic/multiprocessing/subprocess_handler); SIGTERM first:
-            # torchrun passes it on to its ranks and cleans up
-            kill_tree(process, grace_s=5)
+            # SIGTERM first: the keeper passes it to torchrun, which passes it on to its ranks
+            # (each in a session of its own: start_new_session in torch/distributed/elastic/
+            # multiprocessing/subprocess_handler) and cleans up; then the keeper ends the rest
+            kill_tree(process, grace_s=KEEPER_GRACE_S + 2)
     return process.returncode, output, errors or ""
 
 
-def _run(command: list[str], timeout_s: float) -> str:
+def _run(command: list[str], timeout_s: float, remove=()) -> str:
     """Run ``command`` with :func:`_spawn`; its output (stdout and stderr), or
     MigrationRunError with the output's tail when it exits non-zero."""
-    returncode, output, _ = _spawn(command, timeout_s)
+    returncode, output, _ = _spawn(command, timeout_s, remove=remove)
     if returncode != 0:
         raise MigrationRunError(f"exit status {returncode}: {' '.join(command)}\n"
                                 + output[-3000:])
@@ -149,7 +156,7 @@ def run_ddp(cases: dict[str, list[str]], nproc: int = 2, timeout_s: float = 120.
         cases = {name: [a.replace("{tmp}", tmp) for a in argv] for name, argv in cases.items()}
         cases_file.write_text(json.dumps(cases))
         _run(torchrun_command(nproc, ["-m", "dpcost.migration", str(cases_file),
-                                      str(out_file)]), timeout_s)
+                                      str(out_file)]), timeout_s, remove=[tmp])
         return json.loads(out_file.read_text())
 
 
@@ -203,12 +210,47 @@ def rounded(line: dict, digits: int = 4) -> dict:
     return show(line)
 
 
-def max_param_diff(a: dict, b: dict) -> float:
-    """Largest |difference| between two results' parameters (inf if the shapes differ)."""
+def max_param_diff(a: dict, b: dict, leave_out=frozenset()) -> float:
+    """Largest |difference| between two results' parameters (inf if the shapes differ),
+    over the elements not in ``leave_out`` (their positions)."""
     pa, pb = a["params"], b["params"]
     if len(pa) != len(pb):
         return float("inf")
-    return max((abs(x - y) for x, y in zip(pa, pb, strict=True)), default=0.0)
+    return max((abs(x - y) for i, (x, y) in enumerate(zip(pa, pb, strict=True))
+                if i not in leave_out), default=0.0)
+
+
+# A gradient whose typical size (the optimizer's running root mean square) is below this
+# fraction of the largest one in the model is zero up to float rounding: float32 rounds a sum
+# to about 2**-24 ~ 6e-8 of its terms' size, times the number of terms. Attention's key bias is
+# one: softmax ignores a shift shared by all keys, so its gradient is exactly zero in exact
+# arithmetic (measured: 1e-11 against 4e-5 for the smallest other element, 2e-2 the largest,
+# examples/own_migration/transformer_dp.py).
+ROUNDING_LEVEL = 1e-5
+
+
+def rounding_driven(reference: dict, result: dict) -> tuple[set[int], list[str]]:
+    """The parameter elements that an adaptive optimizer moved on rounding alone, by position,
+    and the names of the tensors that hold them. Adam's step is about lr whatever the
+    gradient's size (:func:`parameter_tolerance`), so an element whose gradient is zero up to
+    rounding still moves by up to lr each step, in a direction the rounding picks: one process
+    and n ranks round differently, and such an element can differ by lr x steps in a correct
+    migration. It carries no trace of the migration (no sample moves it), so the comparison
+    leaves it out and says so. Read from the gradient scale each run recorded (Adam's
+    exp_avg_sq and its kin, :func:`_gradient_scale`); none without one."""
+    found, names = set(), []
+    for run in (reference, result):
+        scale = run.get("gradient_scale")
+        if not scale:
+            continue
+        level = ROUNDING_LEVEL * max(scale)
+        found.update(i for i, value in enumerate(scale) if value <= level)
+    start = 0
+    for name, size in (reference.get("param_names") or result.get("param_names") or []):
+        if any(start <= i < start + size for i in found):
+            names.append(name)
+        start += size
+    return found, names
 
 
 # Findings that every check of a migration words the same way: diagnose() here, and the
@@ -316,18 +358,63 @@ def diagnose(reference: dict, result: dict, atol: float = DEFAULT_ATOL,
                         f"{mine['steps']:g}: each rank's batch must be the global batch / n "
                         f"({n} ranks)")
     limit, why = parameter_tolerance(reference, atol, adaptive_rtol)
-    diff = max_param_diff(reference, result)
+    diff = max_param_diff(reference, result, rounding_driven(reference, result)[0])
     if not diff <= limit:
+        drew = randomness(reference, result)
+        if drew:  # the likeliest cause, whatever else was found
+            findings.append(f"final parameters differ from the one-process run by up to "
+                            f"{diff:.3g} (tolerance {why}): {drew}")
+            return findings
         adaptive = (mine or {}).get("name") in ADAPTIVE_OPTIMIZERS
-        hint = ("look at BatchNorm and at the batch per rank (global / n); a summed loss "
-                "does not show here: an adaptive step divides the gradient's scale out"
-                if adaptive else "look at the loss (mean, not sum) and at BatchNorm; an adaptive "
-                "optimizer (Adam) also grows float rounding with lr x steps: give it to "
-                "record.result(optimizer=...) so that the tolerance scales with it")
+        batchnorm = reference.get("batchnorm_modules") or result.get("batchnorm_modules")
+        bn = f"BatchNorm ({_some(batchnorm)})" if batchnorm else ""
+        if adaptive:
+            hint = (f"look at {bn + ' and at ' if bn else ''}the batch per rank (global / n); a "
+                    "summed loss does not show here: an adaptive step divides the gradient's "
+                    "scale out")
+        else:
+            hint = (f"look at the loss (mean, not sum){' and at ' + bn if bn else ''}; an "
+                    "adaptive optimizer (Adam) also grows float rounding with lr x steps: give "
+                    "it to record.result(optimizer=...) so that the tolerance scales with it")
         findings.append(f"final parameters differ from the one-process run by up to {diff:.3g} "
                         f"(tolerance {why})" + ("" if findings else ": same samples, same "
                                                 f"order, ranks in sync - {hint}"))
     return findings
+
+
+def _some(names: list[str], shown: int = 2) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def randomness(reference: dict, result: dict) -> str:
+    """In words, the per-step randomness either run recorded (a global generator that moved
+    between two batches of an epoch), and the dropout it comes from if the model has any;
+    "" when neither drew."""
+    draws = {}
+    for run in (reference, result):
+        for name, count in (run.get("random_draws") or {}).items():
+            if name != "batches" and count:
+                draws[name] = max(count, draws.get(name, 0))
+    if not draws:
+        return ""
+    batches = max((run.get("random_draws") or {}).get("batches", 0) for run in (reference, result))
+    drew = ", ".join(f"{GENERATOR_NAMES.get(name, name)} after {count} of {batches} batches"
+                     for name, count in draws.items())
+    dropout = reference.get("dropout_modules") or result.get("dropout_modules")
+    turned_off = reference.get("dropout_off") or result.get("dropout_off")
+    if dropout and not turned_off and draws.keys() & {"torch", "cuda"}:
+        cause = (f"the model's dropout ({_some(dropout)}) draws other masks in one process "
+                 "(for B samples) than on n ranks (B/n each, from the same seed), so a correct "
+                 "migration differs too: check without --keep-dropout, which turns it off")
+    else:
+        off = (f"the check turned dropout off ({', '.join(turned_off)}), so something else "
+               "draws: " if turned_off else "")
+        cause = (f"{off}one process draws other numbers for its B samples than n ranks for "
+                 "their B/n each (torch.rand in the forward, a random augmentation, dropout "
+                 "not called as F.dropout); make the steps deterministic for the check, for "
+                 "example with a generator seeded per sample")
+    return f"the training steps drew random numbers ({drew}): {cause}"
 
 
 # The cases of the course: {name: (train_ddp.py flags, the train_dp.py case to compare with)}.
@@ -447,6 +534,10 @@ class Recorder:
     def __init__(self):
         self._epochs: dict[int, list[int]] = {}
         self._writes = 0
+        self._last_states = None  # (epoch, the generators' states) at the previous batch
+        self._draws: dict[str, int] = {}  # generator -> batches after which it had moved
+        self._intervals = 0  # batch-to-batch intervals compared
+        self._dropout_off: dict[str, float] = {}  # function -> largest p turned to 0
 
     @staticmethod
     def folder() -> str | None:
@@ -463,6 +554,24 @@ class Recorder:
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise ValueError(f"index must hold sample ids (ints), got {ids[:3]!r}...")
         self._epochs.setdefault(epoch, []).extend(ids)
+        self._note_draws(epoch)
+
+    def _note_draws(self, epoch: int) -> None:
+        """Which global generators moved since the previous batch of the same epoch: a step
+        (fetch, forward, backward, optimizer) that draws from one (dropout, a random
+        augmentation, torch.rand in the forward) cannot give one process and n ranks the same
+        numbers. Across an epoch's start the DataLoader draws a seed, so only within one."""
+        states = _generator_states()
+        if self._last_states is not None and self._last_states[0] == epoch:
+            self._intervals += 1
+            for name, state in states.items():
+                before = self._last_states[1].get(name)
+                if before is not None and not _same_state(before, state):
+                    self._draws[name] = self._draws.get(name, 0) + 1
+        self._last_states = (epoch, states)
+
+    def _dropped(self, function: str, p: float) -> None:
+        self._dropout_off[function] = max(float(p), self._dropout_off.get(function, 0.0))
 
     def saved(self) -> None:
         """Note one checkpoint write by this process."""
@@ -477,6 +586,7 @@ class Recorder:
             return
         import torch
 
+        model = params if isinstance(params, torch.nn.Module) else None
         if isinstance(params, torch.nn.Module):
             params = list(params.parameters())
         elif isinstance(params, torch.Tensor):
@@ -492,7 +602,13 @@ class Recorder:
                 "final_loss": float(loss), "params": flat.tolist(),
                 "checksum": flat.abs().sum().item(), "checkpoint_writes": self._writes,
                 "sample_ids": [self._epochs[e] for e in sorted(self._epochs)],
-                "optimizer": None if optimizer is None else _optimizer_facts(optimizer)}
+                "optimizer": None if optimizer is None else _optimizer_facts(optimizer),
+                "gradient_scale": _gradient_scale(optimizer, params),
+                "param_names": None if model is None else [
+                    (name.removeprefix("module."), p.numel())
+                    for name, p in model.named_parameters()],
+                "random_draws": {"batches": self._intervals, **self._draws},
+                "dropout_off": self._dropout_off, **_modules_of_note(model)}
         path = Path(folder, f"rank{line['rank']}.json")
         path.with_suffix(".part").write_text(json.dumps(line))
         path.with_suffix(".part").replace(path)  # whole, or not there
@@ -507,7 +623,131 @@ def _optimizer_facts(optimizer) -> dict:
             "steps": max(steps) if steps else None}
 
 
+# The optimizer state that holds each element's running gradient size: (key, its power).
+GRADIENT_SIZE_STATE = (("exp_avg_sq", 2), ("square_avg", 2), ("sum", 2), ("exp_inf", 1))
+
+
+def _gradient_scale(optimizer, params) -> list[float] | None:
+    """Each parameter element's typical gradient size, from an adaptive optimizer's state
+    (Adam's exp_avg_sq: a running mean of g squared; Adamax's exp_inf: of |g|), in the order
+    of ``params``; None without such state for every parameter."""
+    if optimizer is None:
+        return None
+    import torch
+
+    sizes = []
+    for param in params:
+        state = optimizer.state.get(param, {})
+        found = next(((state[key], power) for key, power in GRADIENT_SIZE_STATE
+                      if isinstance(state.get(key), torch.Tensor)), None)
+        if found is None or found[0].shape != param.shape:
+            return None
+        value, power = found
+        sizes.append(value.detach().double().reshape(-1).cpu() ** (1 / power))
+    return torch.cat(sizes).tolist() if sizes else None
+
+
+def _generator_states() -> dict:
+    """The state of each global random generator this process has: torch's CPU generator,
+    Python's ``random``, numpy's legacy one (if numpy is imported) and the current CUDA
+    device's (if CUDA is initialised)."""
+    import random
+
+    import torch
+
+    states = {"torch": torch.default_generator.get_state(), "random": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, *rest = numpy.random.get_state()
+        states["numpy"] = (kind, keys.tobytes(), *rest)
+    if torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state()
+    return states
+
+
+def _same_state(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+GENERATOR_NAMES = {"torch": "torch's default generator", "random": "Python's random",
+                   "numpy": "numpy.random", "cuda": "the CUDA generator"}
+
+
+def _modules_of_note(model) -> dict:
+    """The model's dropout modules with p > 0 and its BatchNorm modules, by name (None each
+    when ``record.result`` got tensors, not a module): they explain parameters that differ."""
+    if model is None:
+        return {"dropout_modules": None, "batchnorm_modules": None}
+    import torch.nn as nn
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.dropout import _DropoutNd
+
+    dropout, batchnorm = [], []
+    for name, module in model.named_modules():
+        name = name.removeprefix("module.") or type(module).__name__  # DataParallel, DDP
+        if isinstance(module, _DropoutNd) and module.p > 0:
+            dropout.append(f"{name} (p={module.p:g})")
+        elif isinstance(module, nn.MultiheadAttention) and module.dropout > 0:
+            dropout.append(f"{name} (attention dropout {module.dropout:g})")
+        elif isinstance(module, _BatchNorm):
+            batchnorm.append(name)
+    return {"dropout_modules": dropout, "batchnorm_modules": batchnorm}
+
+
+# torch.nn.functional's dropouts. nn.Dropout and its kin call them, and so do
+# MultiheadAttention (through F.multi_head_attention_forward, which also calls
+# F.scaled_dot_product_attention with dropout_p) and the Transformer layers built on both.
+DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                     "feature_alpha_dropout")
+KEEP_DROPOUT_ENV = "DPCOST_MIGRATION_KEEP_DROPOUT"  # set by check --keep-dropout
+
+
+def _without_dropout(recorder: Recorder, name: str, original):
+    import inspect
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def dropout_off(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        if bound.arguments["training"] and bound.arguments["p"] > 0:
+            recorder._dropped(f"F.{name}", bound.arguments["p"])
+            bound.arguments["p"] = 0.0
+        return original(*bound.args, **bound.kwargs)
+    return dropout_off
+
+
+def _attention_without_dropout(recorder: Recorder, original):
+    @functools.wraps(original)
+    def attention(query, key, value, attn_mask=None, dropout_p=0.0, *args, **kwargs):
+        if dropout_p > 0:
+            recorder._dropped("F.scaled_dot_product_attention", dropout_p)
+            dropout_p = 0.0
+        return original(query, key, value, attn_mask, dropout_p, *args, **kwargs)
+    return attention
+
+
+def turn_dropout_off(recorder: Recorder) -> None:
+    """Make every dropout of torch.nn.functional draw nothing (p = 0), noting in ``recorder``
+    which were asked for p > 0. The check does this in both scripts (when the recorder module
+    is imported under it): one process draws masks for its B samples, each of n ranks for its
+    B/n from the same seed, so the masks differ and so would the parameters, in a correct
+    migration too. Called by name (``F.dropout``, as torch's own modules call it): a function
+    imported on its own before this still draws, and the check names what drew."""
+    import torch.nn.functional as F
+
+    for name in DROPOUT_FUNCTIONS:
+        setattr(F, name, _without_dropout(recorder, name, getattr(F, name)))
+    F.scaled_dot_product_attention = _attention_without_dropout(
+        recorder, F.scaled_dot_product_attention)
+
+
 record = Recorder()
+if Recorder.folder() is not None and not os.environ.get(KEEP_DROPOUT_ENV):
+    turn_dropout_off(record)  # a script under the check: see turn_dropout_off
 
 
 class CheckInputError(ValueError):
@@ -560,11 +800,24 @@ def _as_result(ranks: list[dict]) -> dict:
             "sample_ids": [r["sample_ids"] for r in ranks],
             "rank_checksums": [r["checksum"] for r in ranks],
             "checkpoint_writes": sum(r["checkpoint_writes"] for r in ranks),
-            "samples_per_rank": [sum(map(len, r["sample_ids"])) for r in ranks]}
+            "samples_per_rank": [sum(map(len, r["sample_ids"])) for r in ranks],
+            "random_draws": _merged([r.get("random_draws") or {} for r in ranks]),
+            "dropout_off": _merged([r.get("dropout_off") or {} for r in ranks]),
+            **{key: first.get(key) for key in ("gradient_scale", "param_names",
+                                               "dropout_modules", "batchnorm_modules")}}
+
+
+def _merged(dicts: list[dict]) -> dict:
+    """One dict of numbers from the ranks' dicts: the largest value of each key."""
+    merged = {}
+    for one in dicts:
+        for key, value in one.items():
+            merged[key] = max(value, merged.get(key, value))
+    return merged
 
 
 def _run_recorded(name: str, script: Path, args: list[str], nproc: int | None, folder: Path,
-                  timeout_s: float) -> dict:
+                  timeout_s: float, keep_dropout: bool = False) -> dict:
     """Run one script (under torchrun when ``nproc``) with the recorder on; its result."""
     folder.mkdir()
     logs = folder / "logs"
@@ -572,7 +825,9 @@ def _run_recorded(name: str, script: Path, args: list[str], nproc: int | None, f
         nproc, ["--redirects", "2", "--log-dir", str(logs), str(script), *args]))
     try:
         returncode, _, errors = _spawn(command, timeout_s, cwd=Path.cwd(), merge=False,
-                                       extra_env={RECORD_ENV: str(folder)})
+                                       remove=[folder.parent],  # the check's own folder
+                                       extra_env={RECORD_ENV: str(folder), **(
+                                           {KEEP_DROPOUT_ENV: "1"} if keep_dropout else {})})
     except MigrationRunError:
         raise CheckInputError(f"--timeout-s: {script.name} ran past {timeout_s:g} s") from None
     if returncode != 0:
@@ -583,10 +838,32 @@ def _run_recorded(name: str, script: Path, args: list[str], nproc: int | None, f
     return _as_result(_read_records(folder, name, script, nproc or 1))
 
 
+RANKS_PER_CPU = 4  # more ranks than that per core and gloo's timeouts come into reach
+RANK_MB = 220  # a rank under torchrun that imported torch (dpcost/measure/preflight.py)
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def most_ranks() -> int:
+    """The most DDP ranks the check starts here: :data:`RANKS_PER_CPU` per usable CPU, and no
+    more than MemAvailable holds at :data:`RANK_MB` each (at least 2, the smallest check)."""
+    from dpcost.measure.preflight import memory_available_bytes
+
+    most = RANKS_PER_CPU * (_cpus() or 1)
+    available = memory_available_bytes()
+    if available is not None:
+        most = min(most, int(available // (RANK_MB * 1e6)))
+    return max(2, most)
+
+
 def check_scripts(dp_script, ddp_script, nproc: int = 2, args=(), atol: float = DEFAULT_ATOL,
-                  adaptive_rtol: float = ADAPTIVE_RTOL, timeout_s: float = 300.0) -> dict:
+                  adaptive_rtol: float = ADAPTIVE_RTOL, timeout_s: float = 300.0,
+                  keep_dropout: bool = False) -> dict:
     """Run ``dp_script`` in one process and ``ddp_script`` under torchrun on ``nproc`` ranks,
-    both with ``args`` and the recorder on, and compare them with :func:`diagnose`.
+    both with ``args`` and the recorder on, and compare them with :func:`diagnose`. Dropout is
+    off in both (:func:`turn_dropout_off`) unless ``keep_dropout``.
 
     Returns {"findings": [...] (empty: the migration is right), "max_param_diff",
     "tolerance", "why", "reference", "result"}; raises CheckInputError (one line) when the
@@ -600,6 +877,11 @@ def check_scripts(dp_script, ddp_script, nproc: int = 2, args=(), atol: float = 
         paths[name] = path.resolve()
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
         raise CheckInputError(f"--nproc must be an int >= 2 (a DDP run to compare), got {nproc!r}")
+    most = most_ranks()
+    if nproc > most:
+        raise CheckInputError(f"--nproc: at most {most} ranks fit this machine ({RANKS_PER_CPU} "
+                              f"per CPU on its {_cpus()} CPUs, {RANK_MB:g} MB each within its "
+                              f"available memory), got {nproc}")
     for flag, value in (("--atol", atol), ("--optimizer-tolerance", adaptive_rtol),
                         ("--timeout-s", timeout_s)):
         if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
@@ -607,13 +889,15 @@ def check_scripts(dp_script, ddp_script, nproc: int = 2, args=(), atol: float = 
     args = [str(a) for a in args]
     with tempfile.TemporaryDirectory(prefix="dpcost-migration-check-") as tmp:
         reference = _run_recorded("dp_script", paths["dp_script"], args, None,
-                                  Path(tmp, "dp"), timeout_s)
+                                  Path(tmp, "dp"), timeout_s, keep_dropout)
         result = _run_recorded("ddp_script", paths["ddp_script"], args, nproc,
-                               Path(tmp, "ddp"), timeout_s)
+                               Path(tmp, "ddp"), timeout_s, keep_dropout)
     limit, why = parameter_tolerance(reference, atol, adaptive_rtol)
+    left_out, names = rounding_driven(reference, result)
     return {"findings": diagnose(reference, result, atol, adaptive_rtol),
-            "max_param_diff": max_param_diff(reference, result), "tolerance": limit,
-            "why": why, "reference": reference, "result": result}
+            "max_param_diff": max_param_diff(reference, result, left_out), "tolerance": limit,
+            "why": why, "left_out": len(left_out), "left_out_in": names,
+            "reference": reference, "result": result}
 
 
 def render_check(dp_script, ddp_script, report: dict) -> list[str]:
@@ -623,6 +907,18 @@ def render_check(dp_script, ddp_script, report: dict) -> list[str]:
              f"against {Path(ddp_script).name} ({result['world_size']} ranks, "
              f"{result['samples_per_rank']} samples): largest parameter difference "
              f"{report['max_param_diff']:.2g} (tolerance {report['why']})"]
+    if report.get("left_out"):
+        where = f" (in {_some(report['left_out_in'])})" if report["left_out_in"] else ""
+        lines.append(f"{report['left_out']} parameter elements left out of the comparison"
+                     f"{where}: their gradient is zero up to float rounding, and "
+                     f"{reference['optimizer']['name']} moves them by about lr per step in a "
+                     "direction the rounding picks (for example attention's key bias: softmax "
+                     "ignores a shift shared by all keys)")
+    turned_off = reference.get("dropout_off") or result.get("dropout_off")
+    if turned_off:
+        lines.append(f"dropout was off in both runs ({', '.join(turned_off)} with p > 0 ran "
+                     "with p = 0): one process and n ranks draw different masks, so a correct "
+                     "migration would differ too; --keep-dropout leaves it on")
     if not report["findings"]:
         lines.append("the migration is right: same samples, each once per epoch, a new order "
                      "each epoch, ranks in sync, same parameters")
@@ -652,7 +948,10 @@ the one-process script must draw the order DistributedSampler draws: use
 DistributedSampler(dataset, num_replicas=1, rank=0) with set_epoch(epoch) there, and
 give the DDP ranks global batch / n each. Tolerance: --atol (float32 rounding with
 SGD), scaled to --optimizer-tolerance x lr x steps for an adaptive optimizer (Adam,
-...) that record.result was given. Example pair: examples/own_migration/.
+...) that record.result was given; elements whose gradient is zero up to rounding are
+left out and named. Dropout is off in both runs (one process and n ranks would draw
+different masks); --keep-dropout leaves it on. Other randomness in a step (torch.rand
+in the forward, a random augmentation) is named. Example pairs: examples/own_migration/.
 """
 
 
@@ -662,6 +961,34 @@ def _number(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     return value
+
+
+class Stopped(Exception):
+    """SIGINT, SIGTERM or SIGHUP arrived during the check (raised in the main thread, so that
+    every ``finally`` on the way out ends its processes and removes its folders)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum, self.name = signum, signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped`; a second one while the way out
+    cleans up is ignored, so the clean-up finishes."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def stop(signum, _frame):
+        for other in signals:
+            signal.signal(other, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    before = {signum: signal.signal(signum, stop) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def _check_main(argv: list[str]) -> int:
@@ -683,13 +1010,22 @@ def _check_main(argv: list[str]) -> int:
                              f"(default {ADAPTIVE_RTOL:g})")
     parser.add_argument("--timeout-s", type=_number, default=300.0,
                         help="time limit per script run (default 300)")
+    parser.add_argument("--keep-dropout", action="store_true",
+                        help="leave dropout on (the check turns it off in both runs: one "
+                             "process and n ranks draw different masks)")
     args = parser.parse_args(argv)
     try:
-        report = check_scripts(args.dp_script, args.ddp_script, args.nproc, script_args,
-                               args.atol, args.optimizer_tolerance, args.timeout_s)
+        with _stopped_by_signals():
+            report = check_scripts(args.dp_script, args.ddp_script, args.nproc, script_args,
+                                   args.atol, args.optimizer_tolerance, args.timeout_s,
+                                   args.keep_dropout)
     except CheckInputError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
+    except Stopped as stopped:
+        print(f"{parser.prog}: stopped by {stopped.name}: every process it started is ended "
+              "and its folders are removed", file=sys.stderr)
+        return 128 + stopped.signum
     for line in render_check(args.dp_script, args.ddp_script, report):
         print_out(line)
     return 1 if report["findings"] else 0

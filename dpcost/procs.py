@@ -4,8 +4,9 @@ Standard library only, at the bottom of the package: the launcher of ranks
 (``measure/launch.py``), the PowerSGD probe, the migration runner, the exercise checkers and the
 tests all import these rather than keep copies: the parent-death signal, a free port, the
 environment of a child that runs the course (``child_env``), killing a child with everything
-under it (``kill_tree``), an exit status in words, and writing all of a buffer to a file
-descriptor (``write_all``).
+under it (``kill_tree``), an exit status in words, writing all of a buffer to a file
+descriptor (``write_all``), and a keeper that runs a command and ends everything it started,
+orphans included (``keep``, ``python -m dpcost.procs keep -- COMMAND``).
 """
 
 from __future__ import annotations
@@ -271,3 +272,118 @@ def run_cli(prog: str, main, *args) -> int:
     except (OSError, ValueError) as error:
         return _stdout_failed(prog, getattr(error, "strerror", None) or str(error))
     return status
+
+
+# A keeper: one process that runs a command and leaves nothing of it behind.
+PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+KEEPER_GRACE_S = 3.0  # SIGTERM to the command, then this long before SIGKILL to all
+
+
+def _prctl(option: int, value: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+
+
+def _reap_any() -> None:
+    """Wait for every child of this process that has exited (orphans adopted as a subreaper
+    included), without blocking."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _end_descendants(rounds: int = 200) -> None:
+    """SIGKILL every descendant of this process until none is left. As a subreaper this
+    process adopts the orphans of its tree, so a grandchild that double-forked into a session
+    of its own is still found by parent links; a process that forks meanwhile is found in
+    the next round."""
+    import time
+
+    me = os.getpid()
+    for _ in range(rounds):
+        _reap_any()
+        family = _descendants(me, _proc_stats())
+        if not family:
+            return
+        now = _proc_stats()
+        for member, start in family.items():
+            if member in now and now[member][3] == start:
+                _sigkill(os.kill, member)
+        time.sleep(0.01)
+    _reap_any()
+
+
+def keep(command: list[str], remove=(), grace_s: float = KEEPER_GRACE_S) -> int:
+    """Run ``command`` in a session of its own and end everything it started, in every case.
+
+    This process becomes a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): every orphan of
+    the command's tree, a daemon that double-forked with ``setsid`` or a rank whose torchrun
+    died, is re-parented to it rather than to init, so it can still be found and ended. It gets
+    SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), and SIGTERM, SIGINT or SIGHUP end the
+    command: SIGTERM to it (torchrun passes it on to its ranks), ``grace_s`` seconds, then
+    SIGKILL to every descendant left. When the command exits on its own, whatever it left
+    running is killed too. If the parent died, the folders in ``remove`` are deleted (the
+    parent can no longer do it). Returns the command's exit status (128 + N for a signal N).
+    """
+    import time
+
+    parent = os.getppid()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    stopped: list[int] = []
+
+    def stop(signum, _frame):
+        stopped.append(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        stopped.append(signal.SIGTERM)
+    child = subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent)
+    while not stopped and child.poll() is None:
+        time.sleep(0.05)
+    if stopped and child.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if child.poll() is None:
+        _sigkill(os.kill, child.pid)
+    child.wait()  # reaped by Popen first, which keeps its status; then the rest
+    _end_descendants()
+    if os.getppid() != parent:
+        for folder in remove:
+            shutil.rmtree(folder, ignore_errors=True)
+    if stopped:
+        return 128 + stopped[0]
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode
+
+
+def keeper_command(command: list[str], remove=()) -> list[str]:
+    """``command`` run under :func:`keep` (``python -m dpcost.procs keep``)."""
+    return [sys.executable, "-m", "dpcost.procs", "keep",
+            *(f"--remove={folder}" for folder in remove), "--", *command]
+
+
+def _main(argv: list[str]) -> int:
+    if argv[:1] != ["keep"] or "--" not in argv:
+        print("usage: python -m dpcost.procs keep [--remove=FOLDER ...] -- COMMAND ...",
+              file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    remove = [a.removeprefix("--remove=") for a in argv[1:split] if a.startswith("--remove=")]
+    if not argv[split + 1:]:
+        print("python -m dpcost.procs keep: error: no command after --", file=sys.stderr)
+        return 2
+    return keep(argv[split + 1:], remove)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

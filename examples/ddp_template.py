@@ -2,8 +2,7 @@
 
     torchrun --standalone --nproc-per-node N examples/ddp_template.py
 
-Replace the dataset and the model with yours. gloo on CPUs, NCCL on GPUs.
-"""
+Replace the dataset and the model with yours. gloo on CPUs, NCCL on GPUs."""
 
 import os
 
@@ -19,6 +18,8 @@ from torch.utils.data.distributed import DistributedSampler
 EPOCHS, GLOBAL_BATCH, LR = 3, 32, 1e-2
 
 # 1. Launch: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+if "LOCAL_RANK" not in os.environ:
+    raise SystemExit(f"{__file__}: error: run it with torchrun --standalone --nproc-per-node N")
 local_rank = int(os.environ["LOCAL_RANK"])
 if torch.cuda.is_available():
     torch.cuda.set_device(local_rank)  # else every rank opens a context on GPU0

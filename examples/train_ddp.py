@@ -9,6 +9,7 @@ The --bug-* flags each inject one common migration mistake (lesson 09, tests/tes
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -23,6 +24,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+MAX_DATASET_SIZE = 10_000_000  # samples: 480 MB generated
+BYTES_PER_SAMPLE = 48  # 8 float32 features, an int64 label, an int64 index
+MAX_EPOCHS = 100_000
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -58,6 +63,11 @@ def parse_args(argv=None):
     for name in ("epochs", "dataset_size", "global_batch", "accum"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.dataset_size > MAX_DATASET_SIZE:  # generated in memory at once
+        parser.error(f"--dataset-size must be <= {MAX_DATASET_SIZE} (the dataset is generated "
+                     f"in memory, {BYTES_PER_SAMPLE} bytes a sample), got {args.dataset_size}")
+    if args.epochs > MAX_EPOCHS:
+        parser.error(f"--epochs must be <= {MAX_EPOCHS}, got {args.epochs}")
     if not (math.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr must be a finite number > 0, got {args.lr}")
     if not 0 <= args.seed < 2**63:  # torch's generators take 64 bits; seed + epoch must fit
@@ -85,10 +95,28 @@ def parse_args(argv=None):
         if done >= args.epochs:
             parser.error(f"--epochs ({args.epochs}): the checkpoint has {done} done already")
     for flag, path in (("--checkpoint", args.checkpoint), ("--result", args.result)):
-        folder = os.path.dirname(os.path.abspath(path))
-        if path and (os.path.isdir(path) or not os.access(folder, os.W_OK)):
+        if path and not can_write(path):
             parser.error(f"{flag}: cannot write a file at {path}")
+    if sys.stdout is None:  # started with stdout closed: say so before training, not after
+        parser.error("stdout is closed, so the summary could not be printed")
     return args
+
+
+def can_write(path):
+    """Whether a file can be written at ``path``: opened for appending (root may write where
+    os.access says yes and the file system says no, as in /proc), and removed again if new."""
+    if os.path.isdir(path):
+        return False
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError:
+        return False
+    if not existed:
+        with contextlib.suppress(FileNotFoundError):  # another rank may have removed it
+            os.remove(path)
+    return True
 
 
 def make_dataset(size):
@@ -119,6 +147,12 @@ class ShuffleEachEpoch(Sampler):
 
     def __len__(self):
         return self.size
+
+
+def batchnorm_modules(model):
+    """The names of the model's BatchNorm layers: on CPU ranks they normalise over B/n samples."""
+    return [name for name, module in model.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm)]
 
 
 def checksum(model):
@@ -222,7 +256,8 @@ def train(args, device):
             "checkpoint_ok": None if checkpoint_ok is None else all(
                 g["checkpoint_ok"] for g in gathered),
             "rank_checksums": [g["checksum"] for g in gathered],
-            "sample_ids": [g["seen"] for g in gathered], "params": params.cpu().tolist()}
+            "sample_ids": [g["seen"] for g in gathered], "params": params.cpu().tolist(),
+            "batchnorm_modules": batchnorm_modules(model)}
 
 
 SUMMARY = ("script", "world_size", "final_loss", "param_checksum", "samples_per_rank", "steps",
@@ -234,7 +269,15 @@ def report(args, result):
     if not math.isfinite(result["final_loss"]):  # NaN is not JSON, and not a result
         sys.exit(f"{sys.argv[0]}: error: the loss diverged to {result['final_loss']}; "
                  f"try a smaller --lr")
-    print(json.dumps({k: result[k] for k in SUMMARY}), flush=True)
+    try:
+        if sys.stdout is None:  # started with stdout closed: print() would write nothing
+            raise OSError("stdout is closed")
+        print(json.dumps({k: result[k] for k in SUMMARY}), flush=True)
+    except (OSError, ValueError) as error:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # quiet at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        sys.exit(f"{sys.argv[0]}: error: could not print the summary: "
+                 f"{getattr(error, 'strerror', None) or error}")
     if args.result:
         try:
             with open(args.result, "w") as f:
@@ -246,6 +289,9 @@ def report(args, result):
 
 def main(argv=None):
     args = parse_args(argv)
+    if "LOCAL_RANK" not in os.environ:  # new: torchrun starts the ranks, not python
+        sys.exit(f"{sys.argv[0]}: error: start it with torchrun, for example torchrun "
+                 f"--standalone --nproc-per-node 2 {sys.argv[0]} (LOCAL_RANK is not set)")
     device = setup()
     try:  # destroy_process_group on every way out, errors included
         result = train(args, device)

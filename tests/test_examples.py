@@ -115,6 +115,10 @@ BAD_FLAGS = [
     (["--checkpoint", "/nonexistent/x.pt"], "--checkpoint: cannot write a file at /nonexistent"),
     (["--result", "/nonexistent/x.json"], "--result: cannot write a file at /nonexistent"),
     (["--result", "/"], "--result: cannot write a file at /"),
+    # issue 39: a traceback after 44 s; an error after the first epoch
+    (["--dataset-size", "10000000000"], "--dataset-size must be <= 10000000"),
+    (["--epochs", "1000000000"], "--epochs must be <= 100000"),
+    (["--checkpoint", "/proc/x.pt"], "--checkpoint: cannot write a file at /proc/x.pt"),
 ]
 
 
@@ -240,3 +244,31 @@ def test_the_clean_template_trains_under_torchrun(tmp_path):
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
     model.load_state_dict(state)  # no "module." prefix: saved from the model, not the DDP
+
+
+@pytest.mark.parametrize("script", ["train_ddp.py", "ddp_template.py"])
+def test_a_ddp_script_outside_torchrun_says_so_in_one_line(script, tmp_path):
+    """issue 39: KeyError: 'LOCAL_RANK' and a traceback, before."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, str(m.EXAMPLES / script)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, env=env)
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "torchrun" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []  # no checkpoint.pt: it trained nothing
+
+
+@pytest.mark.parametrize("stdout", ["closed", "/dev/full"])
+def test_a_summary_that_cannot_be_printed_fails_in_one_line(stdout):
+    """issue 39: exit 0 with no summary on a closed stdout; a traceback on /dev/full."""
+    command = [sys.executable, str(m.EXAMPLES / "train_dp.py"), "--epochs", "1"]
+    if stdout == "closed":
+        done = subprocess.run(command, stderr=subprocess.PIPE, text=True, timeout=120,
+                              preexec_fn=lambda: os.close(1))
+    else:
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+    assert done.returncode == (2 if stdout == "closed" else 1)  # closed: refused, untrained
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert "summary could not be printed" in done.stderr or \
+        "could not print the summary" in done.stderr, done.stderr

@@ -239,3 +239,25 @@ def test_a_trace_that_fails_to_write_keeps_the_report_and_says_so_in_one_line():
     assert err.strip().splitlines() == [
         "python -m dpcost.measure: error: --trace: could not write /dev/full: No space left on "
         "device"]
+
+
+@pytest.mark.parametrize("args, words", [
+    # issue 39: 14 GB in 45 s before it was stopped; the meta build counts 276 GB of parameters
+    (["--model", "Llama-2 70B", "--world-size", "2"], ["--model: a model of", "MemAvailable"]),
+    # issue 39: 19 s and a flattened traceback from rank 0 before
+    (["--model", "nonexist.mod:f", "--input-shape", "2,3"],
+     ["--model: cannot import 'nonexist.mod'"]),
+    (["--model", "os:getcwd", "--input-shape", "2"], ["--model: 'os:getcwd' built a str"]),
+])
+def test_a_model_that_cannot_build_or_fit_is_refused_before_any_rank(args, words):
+    """In this process, so that torch is imported once (the program's own one-line errors are
+    tested above): exit 2, one line naming --model, no rank started, within seconds."""
+    before = our_descendants()
+    started = time.monotonic()
+    status, out, err = _main_here(args)
+    assert status == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("python -m dpcost.measure: error: --model")
+    for word in words:
+        assert word in err, err
+    assert time.monotonic() - started < 15
+    assert our_descendants() - before == set()

@@ -5,6 +5,7 @@ import os
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -154,3 +155,97 @@ def test_render_rows_gives_a_verdict_per_case_and_the_findings_underneath():
                                 "process"]
     assert lines[3].endswith("DIFFERENT") and lines[3].startswith("bug_no_set_epoch")
     assert lines[4:] == [f"  bug_no_set_epoch: {m.SAME_ORDER}"]
+
+
+# python -m dpcost.migration check on any signal: a DP script that records at once, and a DDP
+# script whose ranks sleep, so that each signal lands in the DDP phase with 2 ranks running.
+QUICK_DP = ("import torch\nfrom dpcost.migration import record\n"
+            "record.samples([0], epoch=0)\nrecord.result(loss=0.0, params=[torch.zeros(1)])\n")
+SLEEPING_DDP = "import time\ntime.sleep(300)\n"
+# A DP script that leaves a daemon: it forks, the child makes a session of its own and forks
+# the grandchild that sleeps, then the child exits (the grandchild is an orphan).
+DAEMON_DP = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+             "        time.sleep(300)\n    os._exit(0)\ntime.sleep(300)\n")
+
+
+def _start_check(tmp_path, dp_source, ddp_source, *flags):
+    """The check as a user starts it, its TMPDIR in ``tmp_path``/tmp, every process it starts
+    marked; (process, mark, the TMPDIR)."""
+    import subprocess
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    (tmp_path / "dp.py").write_text(dp_source)
+    (tmp_path / "ddp.py").write_text(ddp_source)
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "TMPDIR": str(scratch), "DPCOST_TEST_MARK": mark,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(m.ROOT),
+                                                       os.environ.get("PYTHONPATH", "")]))}
+    process = subprocess.Popen([sys.executable, "-m", "dpcost.migration", "check",
+                                str(tmp_path / "dp.py"), str(tmp_path / "ddp.py"), *flags],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=tmp_path)
+    return process, mark, scratch
+
+
+def _wait_for(condition, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def _ranks_running(mark):
+    """How many of the marked processes are ranks of the sleeping DDP script."""
+    count = 0
+    for pid in marked_processes(mark):
+        try:
+            line = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if not line:  # a zombie: its command line is gone
+            continue
+        count += line[1:] == ["-u", str(Path(line[-1]).parent / "ddp.py")]  # torchrun's way
+    return count
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_signal_during_the_ddp_phase_leaves_no_process_and_no_folder(tmp_path, signum):
+    """SIGINT and SIGTERM: one line, exit 128 + N, nothing left. SIGKILL of the check itself
+    (its parent killed, for the processes it started): the keeper of the run notices, ends
+    torchrun and both ranks, each in a session of its own, and removes the folders."""
+    import signal
+
+    process, mark, scratch = _start_check(tmp_path, QUICK_DP, SLEEPING_DDP)
+    assert _wait_for(lambda: _ranks_running(mark) == 2, 120), process.communicate(timeout=30)
+    assert [p.name for p in scratch.iterdir()]  # the check's folders exist meanwhile
+    process.send_signal(getattr(signal, signum))
+    out, err = process.communicate(timeout=60)
+    if signum == "SIGKILL":
+        assert process.returncode == -signal.SIGKILL
+    else:
+        assert process.returncode == 128 + getattr(signal, signum) and out == ""
+        assert len(err.splitlines()) == 1 and f"stopped by {signum}" in err, err
+        assert marked_processes(mark) == [] and list(scratch.iterdir()) == []
+    assert _wait_for(lambda: marked_processes(mark) == [], 20), marked_processes(mark)
+    assert _wait_for(lambda: list(scratch.iterdir()) == [], 5), list(scratch.iterdir())
+
+
+def test_a_daemon_of_the_dp_script_goes_at_the_time_limit_and_a_failure_leaves_nothing(
+        tmp_path):
+    """The DP script double-forks a grandchild into a session of its own, then hangs:
+    --timeout-s ends the script, and the grandchild, which no parent link leads to any more
+    (its parent exited), goes too. Then a DDP script that fails: exit 2, nothing left."""
+    process, mark, scratch = _start_check(tmp_path, DAEMON_DP, SLEEPING_DDP, "--timeout-s", "3")
+    started = time.monotonic()
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 2 and "--timeout-s: dp.py ran past 3 s" in err, err
+    assert time.monotonic() - started < 30
+    assert marked_processes(mark) == [] and list(scratch.iterdir()) == []
+    (tmp_path / "tmp").rmdir()
+    process, mark, scratch = _start_check(tmp_path, QUICK_DP, "raise SystemExit('no data')\n")
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 2 and "ddp.py exited with status 1" in err, err
+    assert marked_processes(mark) == [] and list(scratch.iterdir()) == []

@@ -60,6 +60,7 @@ def test_scripts_that_cannot_be_compared_exit_2_in_one_line(tmp_path):
         ((tmp_path / "nope.py", ddp), "dp_script: no such file: "),
         ((dp, tmp_path / "nope.py"), "ddp_script: no such file: "),
         ((dp, ddp, "--nproc", "1"), "--nproc must be an int >= 2 (a DDP run to compare), got 1"),
+        ((dp, ddp, "--nproc", "1000000"), "--nproc: at most "),  # issue 39: 205 ranks, 9.5 GB
         ((dp, ddp, "--atol", "0"), "--atol must be a finite number > 0, got 0.0"),
         ((dp, ddp, "--optimizer-tolerance", "nan"), "--optimizer-tolerance must be a finite"),
         ((dp, ddp, "--atol", "x"), "argument --atol: must be a number, got 'x'"),
@@ -75,4 +76,24 @@ def test_scripts_that_cannot_be_compared_exit_2_in_one_line(tmp_path):
         assert status == 2 and out == [] and len(err) == 1, (argv, out, err)
         assert err[0].startswith("python -m dpcost.migration check: error: "), err
         assert words in err[0], err
+    assert _descendants() - before == set()
+
+
+def test_a_correct_migration_with_dropout_passes_and_with_dropout_kept_names_dropout():
+    """The practitioner's case (issue 38): a tiny transformer with dropout 0.1, migrated
+    correctly, with Adam. The check turns dropout off in both runs and says so: it passes, with
+    attention's key bias (zero gradient up to rounding) left out by name. With --keep-dropout it
+    fails and names the dropout modules as the cause, not BatchNorm, which the model lacks."""
+    pair = (OWN / "transformer_dp.py", OWN / "transformer_ddp.py")
+    before = _descendants()
+    status, out, err = check(*pair)
+    assert status == 0 and err == [], (out, err)
+    assert out[-1].startswith("the migration is right")
+    assert any(line.startswith("dropout was off in both runs (") for line in out)
+    assert any("self_attn.in_proj_bias" in line and "left out" in line for line in out)
+    status, out, err = check(*pair, "--keep-dropout")
+    assert status == 1 and err == [], (out, err)
+    (finding,) = [line for line in out if line.startswith("final parameters differ")]
+    assert "dropout (encoder.layers.0.self_attn (attention dropout 0.1)" in finding
+    assert "BatchNorm" not in finding
     assert _descendants() - before == set()

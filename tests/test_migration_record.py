@@ -148,3 +148,118 @@ def test_the_rank_that_names_the_failure_is_reported_not_a_peer_cut_mid_tracebac
     assert m._last_line(m._rank_stderr(tmp_path)) == "ValueError: bad batch"
     (tmp_path / "run_abc" / "attempt_0" / "1" / "stderr.log").write_text("")
     assert m._last_line(m._rank_stderr(tmp_path)) == '"final_loss": float(loss),'  # all there is
+
+
+class RandInForward(nn.Module):
+    """Noise drawn from torch's global generator in the forward: per-step randomness that no
+    dropout module shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.linear(x + 0.1 * torch.rand_like(x))
+
+
+def _train_recorded(model, tmp_path, monkeypatch, augment=None):
+    """Two epochs of two batches with the recorder on; the line it wrote."""
+    import random
+
+    monkeypatch.setenv(m.RECORD_ENV, str(tmp_path))
+    monkeypatch.delenv("RANK", raising=False)
+    record = m.Recorder()
+    x = torch.ones(4, 2)
+    for epoch in range(2):
+        for index in ([0, 1], [2, 3]):
+            if augment == "python":
+                random.random()  # a random augmentation written with Python's random
+            model(x[index]).sum().backward()
+            record.samples(index, epoch=epoch)
+    record.result(loss=0.0, params=model)
+    return json.loads((tmp_path / "rank0.json").read_text())
+
+
+def test_the_recorder_notes_which_generator_a_step_drew_from(tmp_path, monkeypatch):
+    """Batches are compared within an epoch (2 epochs x 2 batches: 2 intervals); a generator
+    that moved between two of them drew in a step. torch.rand in the forward moves torch's;
+    an augmentation with Python's random moves that one; a plain model moves none."""
+    plain = _train_recorded(nn.Linear(2, 1), tmp_path, monkeypatch)
+    assert plain["random_draws"] == {"batches": 2}
+    noisy = _train_recorded(RandInForward(), tmp_path, monkeypatch)
+    assert noisy["random_draws"] == {"batches": 2, "torch": 2}
+    augmented = _train_recorded(nn.Linear(2, 1), tmp_path, monkeypatch, augment="python")
+    assert augmented["random_draws"] == {"batches": 2, "random": 2}
+    model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Dropout(0.25),
+                          nn.Dropout(0.0), nn.Linear(4, 1))
+    named = _train_recorded(model, tmp_path, monkeypatch)
+    assert named["dropout_modules"] == ["2 (p=0.25)"]  # p = 0 draws nothing
+    assert named["batchnorm_modules"] == ["1"]
+    assert named["random_draws"]["torch"] == 2  # nn.Dropout(0.25) drew a mask in each step
+
+
+def _draw(draws, **facts):
+    return {"params": [0.0, 1.0], "sample_ids": [[[0, 1], [1, 0]]], "rank_checksums": [1.0],
+            "checkpoint_writes": 0, "optimizer": None, "random_draws": draws, **facts}
+
+
+def test_a_parameter_difference_is_blamed_on_randomness_and_on_batchnorm_only_if_present():
+    """The issue's case: a correct migration of a model with dropout, left on, ended 0.0226
+    apart and was blamed on BatchNorm it did not have. Randomness a run drew is named first,
+    dropout by its modules; BatchNorm only when the model has it."""
+    ref = _draw({"batches": 4}, dropout_modules=[], batchnorm_modules=[])
+    ddp = dict(_draw({"batches": 4}, dropout_modules=[], batchnorm_modules=[]),
+               params=[0.0226, 1.0], sample_ids=[[[0], [1]], [[1], [0]]],
+               rank_checksums=[1.0, 1.0])
+    (finding,) = m.diagnose(ref, ddp)
+    assert "BatchNorm" not in finding and "mean, not sum" in finding
+    (finding,) = m.diagnose(dict(ref, batchnorm_modules=["net.1"]), ddp)
+    assert "BatchNorm (net.1)" in finding
+    dropout = {"batches": 4, "torch": 4}
+    (finding,) = m.diagnose(dict(ref, random_draws=dropout, dropout_modules=["enc.drop (p=0.1)"],
+                                 batchnorm_modules=["net.1"]), dict(ddp, random_draws=dropout))
+    assert "enc.drop (p=0.1)" in finding and "dropout" in finding and "BatchNorm" not in finding
+    assert "torch's default generator after 4 of 4 batches" in finding
+    # dropout turned off by the check, and still a draw: something else, named as such
+    (finding,) = m.diagnose(dict(ref, random_draws=dropout, dropout_modules=["enc.drop (p=0.1)"],
+                                 dropout_off={"F.dropout": 0.1}), ddp)
+    assert "turned dropout off (F.dropout)" in finding and "torch.rand in the forward" in finding
+
+
+def test_elements_moved_by_rounding_alone_are_left_out_of_the_comparison():
+    """Two elements differ by 0.01; the second's gradient scale is 1e-11 against 1e-2, zero
+    up to rounding: left out, and the runs agree. Without the scale, nothing is left out."""
+    ref = dict(result([0.5, 0.0, 1.0], [[[0, 1]]], ADAM), gradient_scale=[1e-2, 1e-11, 3e-4],
+               param_names=[["w", 1], ["key_bias", 2]])
+    ddp = dict(ref, params=[0.5, 0.01, 1.0], sample_ids=[[[0]], [[1]]],
+               rank_checksums=[1.0, 1.0])
+    assert m.rounding_driven(ref, ddp) == ({1}, ["key_bias"])
+    assert m.max_param_diff(ref, ddp, {1}) == 0.0 and m.max_param_diff(ref, ddp) == 0.01
+    assert m.diagnose(ref, ddp) == []
+    (finding,) = m.diagnose(dict(ref, gradient_scale=None), dict(ddp, gradient_scale=None))
+    assert "up to 0.01" in finding
+
+
+def test_turning_dropout_off_makes_every_dropout_the_identity(monkeypatch):
+    """What the check does in a checked script (its import, with the recorder on): nn.Dropout,
+    a TransformerEncoderLayer's dropouts and attention dropout give what p = 0 gives (torch's
+    own layer built with dropout 0), draw nothing, and are named."""
+    import torch.nn.functional as F
+
+    for name in (*m.DROPOUT_FUNCTIONS, "scaled_dot_product_attention"):
+        monkeypatch.setattr(F, name, getattr(F, name))  # put back after the test
+    record = m.Recorder()
+    m.turn_dropout_off(record)
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, nhead=2, dim_feedforward=16, dropout=0.5,
+                                       batch_first=True).train()
+    torch.manual_seed(0)
+    without = nn.TransformerEncoderLayer(8, nhead=2, dim_feedforward=16, dropout=0.0,
+                                         batch_first=True).train()
+    x = torch.randn(3, 5, 8)
+    state = torch.get_rng_state()
+    assert torch.equal(layer(x), without(x))
+    assert torch.equal(nn.Dropout(0.5).train()(x), x)
+    assert torch.equal(torch.get_rng_state(), state)  # no mask drawn
+    assert record._dropout_off == {"F.dropout": 0.5, "F.scaled_dot_product_attention": 0.5}
+    assert torch.equal(nn.Dropout(0.5).eval()(x), x) and F.dropout(x, 0.5, training=False) is x

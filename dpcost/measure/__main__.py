@@ -216,10 +216,20 @@ def _parse_and_run(argv) -> int:
 
 def _model_main(args) -> int:
     """``--model SPEC``: the three patterns on the user's module (model_traffic.py)."""
-    from dpcost.measure.model_traffic import format_table, measure, model_input, predicted_framing
+    from dpcost.measure.model_traffic import (
+        PATTERNS,
+        format_table,
+        measure,
+        model_bytes,
+        model_input,
+        predicted_framing,
+    )
 
-    try:
+    try:  # before any rank: a module that does not build, or does not fit, in one line
+        size = model_bytes(args.model)
         shape, vocab = model_input(args.model, args.input_shape, args.batch, args.seq)
+        if size is not None:
+            preflight.check_memory(size, args.world_size, PATTERNS, option="--model")
     except ValueError as error:
         return _refuse(str(error))
     signal.signal(signal.SIGTERM, _raise_terminated)

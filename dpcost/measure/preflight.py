@@ -70,9 +70,10 @@ def check_gpus(found: int, ranks: int) -> None:
 
 
 def check_memory(param_bytes: float, ranks: int, scenarios, available: float | None = None,
-                 forked: bool = True):
+                 forked: bool = True, option: str = "--model-mb"):
     """Raise ValueError if the run cannot fit in MemAvailable: naming ``--world-size`` when the
-    ranks' own baseline (``RANK_BASELINE_BYTES``) alone is too much, else ``--model-mb``."""
+    ranks' own baseline (``RANK_BASELINE_BYTES``) alone is too much, else ``option`` (the
+    model's: ``--model-mb``, or ``--model`` for a module of one's own)."""
     from dpcost.units import format_bytes
 
     how = "forked" if forked else "torchrun"
@@ -89,7 +90,7 @@ def check_memory(param_bytes: float, ranks: int, scenarios, available: float | N
             f"before any tensor ({format_bytes(per_rank)} each), but {free}; at most "
             f"{max(0, int((available - LAUNCHER_BYTES[how]) // per_rank))} ranks fit")
     raise ValueError(
-        f"--model-mb: a model of {_human(float(param_bytes), format_bytes)} needs "
+        f"{option}: a model of {_human(float(param_bytes), format_bytes)} needs "
         f"{_at_least(needed, format_bytes)} of memory on {ranks} local ranks "
         f"({', '.join(scenarios)}), but {free}")
 
