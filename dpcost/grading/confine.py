@@ -472,8 +472,14 @@ def _redirect_fds(keep: set[int], output_fd: int) -> None:
 
 
 def _python_paths() -> list[str]:
-    """The folders Python imports from (the standard library, site-packages, the package)."""
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    """The folders Python imports from (the standard library, site-packages, the package).
+
+    The package's own folder is named apart: an editable install (uv's, pip's) imports it
+    through a finder, not a sys.path entry, and a course cloned into /tmp must keep it."""
+    import dpcost
+
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
+             os.path.dirname(os.path.dirname(os.path.abspath(dpcost.__file__)))]
     paths += [p for p in sys.path if p and os.path.isdir(p)]
     return sorted({os.path.realpath(p) for p in paths})
 
