@@ -70,6 +70,10 @@ def check_num_gpus(num_gpus) -> int:
 
 def check_real(value, name: str, minimum: float = -math.inf, strict: bool = False) -> float:
     """``value`` as a finite float >= ``minimum`` (> if ``strict``), or an error naming ``name``."""
+    kind = type(value)  # the common case first: the models check thousands of sizes a call
+    if (kind is float or kind is int) and -_FLOAT_MAX <= value <= _FLOAT_MAX and (
+            value > minimum or (value == minimum and not strict)):
+        return float(value)
     if _is_bool(value) or _is_numpy_time(value) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {_show(value)}")
     try:

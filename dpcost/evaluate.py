@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from dpcost.buckets import (
     compute_bucket_assignment_by_size,
@@ -243,7 +244,13 @@ def ddp_buckets(setting: Setting) -> dict:
 
 
 def _buckets_in_use(setting: Setting) -> tuple[tuple, str]:
-    b = ddp_buckets(setting)
+    return _buckets_of(setting.model, setting.bucket_cap_mb, setting.find_unused_parameters)
+
+
+@lru_cache(maxsize=64)  # the explorer asks again for every control that leaves them alone
+def _buckets_of(model, bucket_cap_mb, find_unused_parameters) -> tuple[tuple, str]:
+    b = ddp_buckets(Setting(model, bucket_cap_mb=bucket_cap_mb,
+                            find_unused_parameters=find_unused_parameters))
     if b["rebuilt_bytes"] is not None:
         return tuple(b["rebuilt_bytes"]) or (0.0,), "rebuilt"
     return tuple(b["construction_bytes"]) or (0.0,), "construction"
