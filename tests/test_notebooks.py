@@ -92,10 +92,13 @@ def test_the_course_checks_itself_in_collapsed_silent_cells_out_of_the_slides(pa
         assert cell["outputs"] == [] and "assert" in source, source[:80]
 
 
-# The student's first lessons read without the course's self-checks in the way: at most one
-# visible code line in ten is an assert (02 is counted with its own edits; 03's asserts are
-# its proof's steps, shown on purpose).
-FIRST_LESSONS = ["00_start_here", "01_what_dataparallel_moves", "04_gpu0_memory", "05_explorer"]
+# The lessons read without the course's self-checks in the way: at most one visible code line
+# in ten is an assert; the rest sit in collapsed course-check cells. Not 03, whose asserts are its
+# proof's steps, nor 06 and 07, whose loops check each measurement against the model and print
+# what they found: the lesson's claim, shown on purpose.
+FIRST_LESSONS = ["00_start_here", "01_what_dataparallel_moves", "02_ring_allreduce",
+                 "04_gpu0_memory", "05_explorer", "08_beyond_ddp", "09_moving_to_ddp",
+                 "09b_ddp_pitfalls", "10_plan_your_own_model"]
 
 
 @pytest.mark.parametrize("name", FIRST_LESSONS)
