@@ -129,6 +129,23 @@ def _spawn(command: list[str], timeout_s: float, cwd=ROOT, extra_env=None, merge
     return process.returncode, output, errors or ""
 
 
+@contextlib.contextmanager
+def folder_guard(folder):
+    """While inside: a keeper (:func:`dpcost.procs.keep`) over a process that only waits, so
+    that ``folder`` is removed if this process is killed outright (SIGKILL leaves it no time),
+    also between two runs, when no run's keeper is alive."""
+    from dpcost.procs import keeper_command
+
+    process = subprocess.Popen(
+        keeper_command([sys.executable, "-c", "import time; time.sleep(86400)"], [folder]),
+        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        kill_tree(process)
+
+
 def _run(command: list[str], timeout_s: float, remove=()) -> str:
     """Run ``command`` with :func:`_spawn`; its output (stdout and stderr), or
     MigrationRunError with the output's tail when it exits non-zero."""
@@ -887,7 +904,8 @@ def check_scripts(dp_script, ddp_script, nproc: int = 2, args=(), atol: float = 
         if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
             raise CheckInputError(f"{flag} must be a finite number > 0, got {value!r}")
     args = [str(a) for a in args]
-    with tempfile.TemporaryDirectory(prefix="dpcost-migration-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dpcost-migration-check-") as tmp, \
+            folder_guard(tmp):
         reference = _run_recorded("dp_script", paths["dp_script"], args, None,
                                   Path(tmp, "dp"), timeout_s, keep_dropout)
         result = _run_recorded("ddp_script", paths["ddp_script"], args, nproc,

@@ -249,3 +249,28 @@ def test_a_daemon_of_the_dp_script_goes_at_the_time_limit_and_a_failure_leaves_n
     out, err = process.communicate(timeout=120)
     assert process.returncode == 2 and "ddp.py exited with status 1" in err, err
     assert marked_processes(mark) == [] and list(scratch.iterdir()) == []
+
+
+def test_a_checker_killed_outright_between_runs_leaves_no_folder(tmp_path):
+    """Between the DataParallel and the DDP run no run's keeper is alive; the check's own guard
+    removes its folder when the checker dies by SIGKILL (no time to clean up)."""
+    import subprocess
+    import textwrap
+
+    folder = tmp_path / "dpcost-migration-check-killed"
+    folder.mkdir()
+    (folder / "dp").mkdir()
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal, sys, time
+        from dpcost import migration
+        with migration.folder_guard({str(folder)!r}):
+            time.sleep(1.0)  # the keeper is up (it removes only after its parent is gone)
+            print("guarded", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "guarded"
+    child.wait(30)
+    deadline = time.monotonic() + 15
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not folder.exists()
