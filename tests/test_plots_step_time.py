@@ -20,5 +20,5 @@ def test_modelled_timeline():
     assert [(b[2], b[3]) for b in comm] == [(2.0, 3.0), (3.0, 4.0), (5.0, 7.0)]
     ax = fig.axes[0]
     assert ax.get_title() == "a title" and "ms" in ax.get_xlabel()
-    assert len(ax.get_yticklabels()) == 4 and len(ax.get_legend().get_texts()) == 3
+    assert len(ax.get_yticklabels()) == 4 and len(fig.legends[0].get_texts()) == 3
     plt.close(fig)

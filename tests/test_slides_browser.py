@@ -79,7 +79,11 @@ MEASURE = """n => {
         const pad = parseFloat(style.paddingTop) + parseFloat(style.paddingBottom);
         return pre.scrollHeight - pad > lines * parseFloat(style.lineHeight) + 2;
     }).length;
+    // each figure's on-screen size over its own (reveal.js scales the slide to the window)
+    const scales = [...slide.querySelectorAll('img')].filter(img => img.naturalWidth > 0)
+        .map(img => img.getBoundingClientRect().width / img.naturalWidth);
     return {height: slide.scrollHeight, width: slide.scrollWidth, wrapped,
+            figure_scale: scales.length ? Math.min(...scales) : null,
             current: deck.getSlides().indexOf(deck.getCurrentSlide()) + 1};
 }"""
 
@@ -158,6 +162,13 @@ def test_no_slide_of_the_lecture_overflows_1280x720(lecture):
     print(f"measured {sum(map(len, found.values()))} slides of {len(found)} decks in "
           f"{time.perf_counter() - start:.1f} s")
     assert overflowing(found) == []
+    # Figure text at least 14 px on a 1280x720 screen: the course's figures set no text below
+    # 13 pt (dpcost.plots.style; 100 dpi, 18 px at their own size), so no figure of the lecture
+    # may be shown below 14 / 18.06 of its size.
+    scales = {f"{deck} slide {n}": m["figure_scale"] for deck, slides in found.items()
+              for n, m in slides.items() if m["figure_scale"] is not None}
+    smallest = 14 / (13 * 100 / 72)
+    assert scales and {k: round(v, 3) for k, v in scales.items() if v < smallest} == {}
 
 
 @pytest.mark.timeout(120)

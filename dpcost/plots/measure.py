@@ -120,6 +120,6 @@ def busiest_link_vs_n(reports: dict):
         ax.set_xlabel("number of ranks, n")
         ax.set_xticks(ns)
         ax.set_ylabel("MB per iteration (decimal)")
-        ax.legend(loc="upper left", fontsize=12)
+        ax.legend(loc="upper left", fontsize=13)
     fig.tight_layout()
     return fig, data

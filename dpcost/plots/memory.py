@@ -35,14 +35,14 @@ def _stack(ax, memory, configs, components, label_totals: bool):
             edge = style.DDP_COLOR if gpu == "ddp_rank" else style.DP_COLOR
             ax.bar(x, bottom, width, fill=False, edgecolor=edge, linewidth=2)
             ax.text(x, bottom + 0.01 * tallest, f"{bottom:.3g}", ha="center", va="bottom",
-                    fontsize=12)
+                    fontsize=13)
             ticks.append(x)
             labels.append(GPU_LABELS[gpu])
         if label_totals:
             ratio = total_bytes(mem["dp_gpu0"]) / total_bytes(mem["ddp_rank"])
             ax.text(4 * i + 1, -0.2 * tallest, f"n = {n}, batch {b}\nGPU0 / DDP = {ratio:.2f}x",
-                    ha="center", va="top", fontsize=12)
-    ax.set_xticks(ticks, labels, fontsize=12)
+                    ha="center", va="top", fontsize=13)
+    ax.set_xticks(ticks, labels, fontsize=13)
     ax.set_ylim(0, 1.12 * tallest)
     ax.grid(axis="x", visible=False)
 

@@ -38,7 +38,7 @@ def ring_frames(trace: AllReduceTrace):
     cmap = ListedColormap(mpl.colormaps["Blues"](np.linspace(0.15, 0.9, n)))
     norm = BoundaryNorm(np.arange(0.5, n + 1.5), n)
     # not pyplot-managed: shown once, where displayed
-    fig = Figure(figsize=(3.3 * n + 1.2, 7.2), layout="constrained")
+    fig = Figure(figsize=(2.6 * n + 1.0, 5.8), layout="constrained")  # near full size on a slide
     axes = fig.subplots(2, n, squeeze=False)
     panels = list(axes[0]) + [None] + list(axes[1][: n - 1])
     axes[1][n - 1].axis("off")
@@ -154,7 +154,7 @@ def time_vs_gpus(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: flo
     ax.set_title(f"alpha-beta model, illustrative: S = {size_bytes / 1e6:g} MB, "
                  f"beta = {bandwidth_bytes_per_s / 1e9:g} GB/s, "
                  f"alpha = {latency_s * 1e6:g} us")
-    ax.legend(loc="upper left", fontsize=12)
+    ax.legend(loc="upper left", fontsize=13)
     fig.tight_layout()
     return fig, {"gpus": gpus, "buckets": buckets, "chunks": chunks, "ring_latency_s": lat,
                  "ring_bandwidth_s": bw, "ring_total_s": total, "star_total_s": star,

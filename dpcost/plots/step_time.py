@@ -20,7 +20,8 @@ def modelled_timeline(steps: dict, title: str):
     start_ms, end_ms)]}.
     """
     style.apply()
-    fig = Figure(figsize=(12.0, 2.2 + 0.75 * 2 * len(steps)))
+    fig = Figure(figsize=(10.0, 2.0 + 0.5 * 2 * len(steps)),  # a slide shows it near full size
+                 layout="constrained")
     ax = fig.subplots()
     data, yticks, ylabels, row = {}, [], [], 0
     for label, step in steps.items():
@@ -34,23 +35,22 @@ def modelled_timeline(steps: dict, title: str):
                 ax.barh(y, end - start, left=start, height=0.7,
                         color=_LANE_COLORS[lane] or color, ec="white", lw=0.8)
             yticks.append(y)
-            ylabels.append(f"{label}: {lane}")
+            ylabels.append(label if lane == "compute" else "its communication")
             row += 1
         ax.text(step.total_s * 1e3, row - 1.5,
                 f"  {step.total_s * 1e3:.2f} ms, exposed comm. "
-                f"{step.exposed_communication_s * 1e3:.2f} ms", va="center", fontsize=12)
+                f"{step.exposed_communication_s * 1e3:.2f} ms", va="center", fontsize=13)
         data[label] = {"total_ms": step.total_s * 1e3,
                        "exposed_ms": step.exposed_communication_s * 1e3, "bars": bars}
     ax.set_yticks(yticks, ylabels)
     ax.invert_yaxis()
     ax.set_xlabel("time from the start of the step (ms)")
     ax.set_title(title)
-    ax.legend(handles=[
-        Patch(color="#7f8c8d", label="compute (forward, backward, loss, optimizer)"),
+    fig.legend(handles=[
+        Patch(color="#7f8c8d", label="compute and host work (DataParallel's replicate)"),
         Patch(color=style.DP_COLOR, label="DataParallel communication"),
         Patch(color=style.DDP_COLOR, label="DDP all-reduce, one bar per bucket")],
-        loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=12)
+        loc="outside lower center", ncol=2, fontsize=13)
     longest = max((s.total_s for s in steps.values()), default=0) * 1e3
-    ax.set_xlim(0, longest * 1.45 if longest > 0 else 1)
-    fig.tight_layout()
+    ax.set_xlim(0, longest * 1.6 if longest > 0 else 1)
     return fig, data

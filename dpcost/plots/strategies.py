@@ -49,12 +49,12 @@ def ladder_figure(rows: list, title: str = ""):
     for y, row in zip(ys, rows, strict=True):
         if row["measured_sent_bytes"] is None:  # said on the figure, not only in the code
             for ax in (left, right):
-                ax.text(0.01, y + 0.2, UNMEASURED_NOTE, va="center", fontsize=12,
+                ax.text(0.01, y + 0.2, UNMEASURED_NOTE, va="center", fontsize=13,
                         style="italic", color=MEASURED_COLOR,
                         transform=ax.get_yaxis_transform())  # x: fraction of the panel
         label = f"{row['modelled_messages']} msg"
         left.text(row["modelled_sent_bytes"] / 1e6, y - 0.2, " " + label, va="center",
-                  fontsize=12)
+                  fontsize=13)
     widest = max(v for v in data["modelled_sent_bytes"] + data["measured_sent_bytes"] if v)
     left.set_xlim(0, 1.2 * widest / 1e6)  # room for the message counts
     left.set_yticks(ys, rungs)

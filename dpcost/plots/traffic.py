@@ -54,7 +54,7 @@ def dp_volume_breakdown(cases: dict[str, dict], num_gpus: int):
     ax.set_ylabel("GB on GPU0's link (time = GB / bandwidth)")
     ax.set_xlabel("model (batch as stated)")
     ax.set_title(f"One training iteration on n = {num_gpus} GPUs: what crosses GPU0's link")
-    ax.legend(loc="upper left", fontsize=12)
+    ax.legend(loc="upper left", fontsize=13)
     fig.tight_layout()
     return fig, data
 
