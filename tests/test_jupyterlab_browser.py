@@ -260,6 +260,9 @@ def test_explorer_as_a_voila_page(voila, page):
         " return r && r.innerText.includes('n = 8 GPUs') && r.innerText.includes('ZeRO-3'); }",
         timeout=WAIT_MS)
     assert page.locator(".dpcost-explorer img").count() == 3
+    # the page's own face: one explorer, none of the lesson's notebook-only prose
+    assert page.locator(".dpcost-explorer").count() == 1
+    assert "Run the cell below" not in page.inner_text("body")
     page.locator(".dpcost-explorer .noUi-handle").first.click()
     page.keyboard.press("Home")  # n = 1
     page.wait_for_function(
