@@ -277,7 +277,9 @@ def memory(setting: Setting, key: str) -> dict:
     group = _group(setting, entry)
     states = {c: float(m.parameters * per[c]) / (group if c in entry.sharded else 1)
               for c in per}
-    states["parameters"] += m.frozen_bytes  # held, no gradient or optimizer state
+    # frozen parameters: no gradient or optimizer state; FSDP and ZeRO-3 shard them with the
+    # rest (fully_shard shards every parameter of a module, requires_grad or not)
+    states["parameters"] += m.frozen_bytes / (group if "parameters" in entry.sharded else 1)
     if entry.keeps_gathered_parameters:  # every unit's, from its forward to its backward
         states["parameters"] += float(m.parameters * per["parameters"])
     grads = float(m.parameters * per["gradients"])
