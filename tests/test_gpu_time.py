@@ -107,3 +107,10 @@ def test_replicate_to_one_gpu_is_free_and_grows_with_devices():
             assert call == pytest.approx(measured, rel=0.15), (model, devices)
     # on separate GPUs the host's work grows with the devices, the copies run side by side
     assert 2 < gpu_time.replicate_seconds(320, size, 8) / gpu_time.replicate_seconds(320, size, 2)
+
+
+def test_docs_gpu_md_shows_the_current_residuals():
+    """docs/gpu.md's residual table is the one benchmarks/gpu_time_fit.py prints now."""
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    table = fit.markdown({}, fit.residuals(DATA)).split("\n\n", 1)[1]
+    assert table in doc

@@ -42,3 +42,10 @@ def test_listed_misses_say_why_and_are_misses(run):
     """A listed miss that the model came to predict would be a hit: move it."""
     assert run.why
     assert not published.within(run, run.predict())
+
+
+def test_docs_gpu_md_shows_the_current_predictions():
+    """docs/gpu.md's table is the one the benchmark prints now (regenerate it with
+    `benchmarks/published_gpu_runs.py --markdown`), misses included."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "gpu.md").read_text()
+    assert published.markdown(published.table(RUNS)) in doc
