@@ -7,7 +7,7 @@ Functions that model what the course measures on a CPU (gloo, fp32) ask for ``"f
 PRECISION = "mixed"  # 16-bit parameters and gradients, fp32 master and moments (ZeRO Sec. 3.1)
 ATTENTION = "sdpa"  # F.scaled_dot_product_attention: what nn.MultiheadAttention and HF use
 OPTIMIZER = "adam"
-UTILISATION = 0.4  # of the peak, for step_time.compute_time alone; evaluate uses dpcost.gpu_time
+UTILISATION = 0.4  # step_time.compute_time's default only; the course's steps use dpcost.gpu_time
 BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB
 GPU = "H100 SXM 80GB"
 GPUS = 8

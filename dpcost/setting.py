@@ -175,7 +175,6 @@ class Setting:
     intra_link: InterconnectPreset = INTERCONNECTS[defaults.INTRA_LINK[defaults.GPU]]
     inter_link: InterconnectPreset = INTERCONNECTS[defaults.INTER_LINK]
     optimizer: str = defaults.OPTIMIZER
-    utilisation: float = defaults.UTILISATION
     bucket_cap_mb: float | None = None  # None: DDP's own caps, 1 MiB then 25 MiB
     find_unused_parameters: bool = False
     gradient_as_bucket_view: bool = False
@@ -186,7 +185,7 @@ class Setting:
 
     def __post_init__(self):
         """Check every knob at construction, each error in one line naming the field; counts
-        become plain ints (numpy integers too), the utilisation a float."""
+        become plain ints (numpy integers too)."""
         _check_type(self.model, "model", ModelFacts)
         n = _check_count(self.gpus, "gpus", 1, MAX_GPUS)
         g = _check_count(self.gpus_per_node, "gpus_per_node", 1, MAX_GPUS)
@@ -200,10 +199,6 @@ class Setting:
         _check_type(self.intra_link, "intra_link", InterconnectPreset)
         _check_type(self.inter_link, "inter_link", InterconnectPreset)
         check_choice(self.optimizer, "optimizer", OPTIMIZERS)
-        utilisation = check_real(self.utilisation, "utilisation", 0.0, strict=True)
-        if utilisation > 1:
-            raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
-        object.__setattr__(self, "utilisation", utilisation)
         for name in ("find_unused_parameters", "gradient_as_bucket_view", "peer_to_peer"):
             _check_flag(getattr(self, name), name)
         if self.compute_s is not None:

@@ -191,7 +191,7 @@ def model_facts(draw):
 @given(facts=model_facts(), case=some_extreme({
     "gpus": [1, 8, 16, 64, 65_536], "gpus_per_node": [1, 8], "batch": [1, 8, 256, 2**53],
     "bucket_cap_mb": [None, 1, 25, 1e-6], "compute_s": [None, 0.01, 3600.0],
-    "utilisation": [0.4, 1.0], "optimizer": ["adam", "sgd"], "peer_to_peer": [True, False]}))
+    "optimizer": ["adam", "sgd"], "peer_to_peer": [True, False]}))
 def test_evaluate_answers_or_the_setting_names_the_field(facts, case):
     kwargs, changed = case
     if facts.tensor_bytes is None:  # DDP's own caps (see custom_counts)
@@ -242,7 +242,7 @@ def test_a_bare_count_cut_into_billions_of_buckets_is_refused_at_once():
 @ONE_SECOND
 @given(name=model_names, case=some_extreme({
     "gpus": [1, 8, 64, 65_536], "gpus_per_node": [8], "batch": [None, 1, 32, 2**31 - 1],
-    "bucket_cap_mb": [None, 25, 1e-6], "utilisation": [0.4, 1.0], "step_ms": [None, 10.0]}))
+    "bucket_cap_mb": [None, 25, 1e-6], "step_ms": [None, 10.0]}))
 def test_plan_answers_or_names_the_option(name, case):
     from dpcost.plan import plan
 
@@ -399,15 +399,14 @@ def test_measure_command_parses_or_names_the_option(world, model_mb, steps, time
 @pytest.mark.parametrize("knobs, field", [
     ({"gpus": 12, "gpus_per_node": 8}, "gpus_per_node"),  # once "1 node(s) of 8" for 12 GPUs
     ({"gpus": 0}, "gpus"), ({"gpus": 65_537}, "gpus"), ({"gpus_per_node": 0}, "gpus_per_node"),
-    ({"batch": 0}, "batch"), ({"batch": 10**400}, "batch"), ({"utilisation": NAN}, "utilisation"),
-    ({"utilisation": 1.5}, "utilisation"), ({"compute_s": -1.0}, "compute_s"),
+    ({"batch": 0}, "batch"), ({"batch": 10**400}, "batch"), ({"compute_s": NAN}, "compute_s"),
+    ({"compute_s": -1.0}, "compute_s"),
     ({"compute_s": INF}, "compute_s"), ({"bucket_cap_mb": 0}, "bucket_cap_mb"),
     ({"optimizer": "lamb"}, "optimizer"), ({"peer_to_peer": 1}, "peer_to_peer"),
     ({"gpu": "H100"}, "gpu"),
 ])
 def test_setting_refuses_at_construction_naming_the_field(knobs, field):
-    # each of these once reached evaluate: ZeroDivisionError, IndexError, OverflowError or a
-    # step computed at a utilisation of NaN
+    # each of these once reached evaluate: ZeroDivisionError, IndexError or OverflowError
     with pytest.raises((TypeError, ValueError)) as info:
         Setting(preset_facts("ResNet-50"), **knobs)
     assert_refusal(info.value, field)

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("functions", nargs="+", help="the functions to grade, e.g. "
                         "dp_communication_volume")
     parser.add_argument("--points", type=float, default=1.0,
-                        help="the grade cell's points (the score is points x passed / tests)")
+                        help="the grade cell's points (the score is points x Report.credit)")
     args = parser.parse_args(argv)
     exercise = args.notebook.stem
     if exercise not in EXERCISES:

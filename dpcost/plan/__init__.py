@@ -127,7 +127,7 @@ def _gpu_count(parameter, value):
 
 
 def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
-              find_unused_parameters, gradient_as_bucket_view, utilisation, figures=(),
+              find_unused_parameters, gradient_as_bucket_view, figures=(),
               step_ms=None) -> Settings:
     n = _gpu_count("--gpus", gpus)
     g = _gpu_count("--gpus-per-node", gpus_per_node)
@@ -145,9 +145,6 @@ def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
                 or not 0 < bucket_cap_mb < 2**20 or int(bucket_cap_mb * 2**20) < 1:
             raise PlanError("--bucket-cap-mb", f"must be a number of MiB > 0 (below 2**20), "
                             f"got {bucket_cap_mb!r}")
-    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) \
-            or not 0 < utilisation <= 1:
-        raise PlanError("--utilisation", f"must be in (0, 1], got {utilisation!r}")
     for name, flag in (("--find-unused-parameters", find_unused_parameters),
                        ("--gradient-as-bucket-view", gradient_as_bucket_view)):
         if not isinstance(flag, bool):
@@ -156,7 +153,7 @@ def _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
     step_ms = _figure("--step-ms", step_ms)
     return Settings(n, g, gpu_from_figures(base, *figures), precision, OPTIMIZERS[optimizer],
                     bucket_cap_mb, find_unused_parameters, gradient_as_bucket_view,
-                    float(utilisation), intra_link=_intra_link(base.name),
+                    intra_link=_intra_link(base.name),
                     compute_s=None if step_ms is None else step_ms / 1e3)
 
 
@@ -224,7 +221,7 @@ def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PE
          gpu: str = "H100", precision: str = defaults.PRECISION,
          optimizer: str = defaults.OPTIMIZER, bucket_cap_mb=None, input_shape=None, batch=None,
          seq=None, find_unused_parameters: bool = False, gradient_as_bucket_view: bool = False,
-         utilisation: float = defaults.UTILISATION, gpu_tflops=None, gpu_tflops_fp32=None,
+         gpu_tflops=None, gpu_tflops_fp32=None,
          gpu_memory_gb=None, gpu_bandwidth=None, step_ms=None, timeout=None) -> dict:
     """The plan for ``model``: a preset name, ``"package.module:callable"`` (built on meta, CPU
     fallback), an ``nn.Module`` (planned on its own device), or ``ModelFacts`` already known
@@ -240,7 +237,7 @@ def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PE
     """
     started = time.perf_counter()
     settings = _settings(gpus, gpus_per_node, gpu, precision, optimizer, bucket_cap_mb,
-                         find_unused_parameters, gradient_as_bucket_view, utilisation,
+                         find_unused_parameters, gradient_as_bucket_view,
                          (gpu_tflops, gpu_tflops_fp32, gpu_memory_gb, gpu_bandwidth), step_ms)
     if isinstance(model, ModelFacts):
         if model.precision != precision:
@@ -261,7 +258,6 @@ def plan(model, gpus: int = defaults.GPUS, gpus_per_node: int = defaults.GPUS_PE
                      "bucket_cap_mb": bucket_cap_mb, "batch_per_gpu": facts.batch,
                      "find_unused_parameters": find_unused_parameters,
                      "gradient_as_bucket_view": gradient_as_bucket_view,
-                     "utilisation": settings.utilisation,
                      "step_ms": None if settings.compute_s is None else settings.compute_s * 1e3,
                      "layout": LAYOUTS.get(precision, precision)},
         "param_names": list(facts.tensor_names or ()),

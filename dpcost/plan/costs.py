@@ -43,7 +43,6 @@ class Settings:
     bucket_cap_mb: float | None = None
     find_unused_parameters: bool = False
     gradient_as_bucket_view: bool = False
-    utilisation: float = defaults.UTILISATION
     intra_link: object = None  # a dpcost.presets.InterconnectPreset; None: the GPU's own
     compute_s: float | None = None  # a measured forward + backward of one GPU's batch
 
@@ -54,7 +53,7 @@ def setting_of(facts: ModelFacts, s: Settings) -> Setting:
     return Setting(facts, gpus=s.gpus, gpus_per_node=s.gpus_per_node, batch=facts.batch * s.gpus,
                    gpu=s.gpu, intra_link=intra, compute_s=s.compute_s,
                    inter_link=INTERCONNECTS[defaults.INTER_LINK], optimizer=s.optimizer,
-                   utilisation=s.utilisation, bucket_cap_mb=s.bucket_cap_mb,
+                   bucket_cap_mb=s.bucket_cap_mb,
                    find_unused_parameters=s.find_unused_parameters,
                    gradient_as_bucket_view=s.gradient_as_bucket_view)
 
@@ -124,7 +123,8 @@ def costs(facts: ModelFacts, settings: Settings) -> dict:
                   "inter": setting.inter_link.name if n > settings.gpus_per_node else None},
         "flops": {"forward": facts.forward_flops, "backward": facts.backward_flops,
                   "source": flops_source, "peak_flops_per_s": r.peak_flops_per_s,
-                  "utilisation": settings.utilisation},
+                  "compute": {"source": r.compute.source, "bound": r.compute.bound,
+                              "host_s": r.compute.host_s, "device_s": r.compute.device_s}},
         "steps": steps, "ddp_hidden_from_batch": ddp_hidden_from_batch(setting),
         "memory": memory, "memory_totals": totals, "fits": verdicts,
         "capacity_bytes": settings.gpu.memory_bytes,
